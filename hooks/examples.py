@@ -1,0 +1,357 @@
+"""MkDocs hook: execute docs/examples/*.py before mkdocs-jupyter renders them.
+
+Why a hook and not mkdocs-jupyter's own ``execute: true``:
+
+* mkdocs-jupyter keys its cache on the notebook text alone, so an edit to a
+  snippet the example imports would leave stale output on the page. Here the key
+  covers the example, every local module it imports (transitively), the
+  plotting helper, the Python and torch versions and the device.
+* Examples run two at a time (the build machine has two cores), each kernel
+  from the repository root with ``snippets`` importable, so no page shows a
+  ``sys.path`` line and the build works from any working directory.
+* A failing cell fails the build with the cell's traceback, every figure must
+  carry alternative text (a ``# alt: ...`` comment in its cell), and links in
+  the examples' Markdown are rewritten to built URLs and checked like links on
+  Markdown pages.
+
+The executed notebooks are stored in ``.cache/examples`` (or
+``$FIELD_GUIDE_EXAMPLE_CACHE``); mkdocs-jupyter renders them with
+``execute: false``.
+"""
+
+from __future__ import annotations
+
+import ast
+import concurrent.futures
+import hashlib
+import html
+import importlib.metadata
+import logging
+import os
+import pathlib
+import posixpath
+import re
+import sys
+import threading
+import time
+
+from mkdocs.exceptions import PluginError
+from mkdocs.plugins import event_priority
+from mkdocs.structure.files import File, Files
+from mkdocs.utils import get_relative_url
+
+log = logging.getLogger("mkdocs.hooks.examples")
+
+HOOK_VERSION = "3"  # bump to invalidate every cached example
+EXAMPLES_DIR = "examples"
+PLACEHOLDER_ALT = "No description has been provided for this image"
+EXCLUSIVE_MARK = re.compile(r"^# field-guide: run-alone\s*$", re.M)
+ALT_COMMENT = re.compile(r"^\s*#\s*alt:\s*(.+?)\s*$", re.M)
+HREF = re.compile(r'(<a\s[^>]*?href=")([^"]*)(")')
+# nbconvert's template loads MathJax and mermaid from a CDN; KaTeX served by the
+# site typesets the notebooks instead, and no example draws a mermaid diagram.
+MATHJAX_BLOCK = re.compile(r"<!-- Load mathjax -->.*?<!-- End of mathjax configuration -->", re.S)
+SCRIPT_BLOCK = re.compile(r"<script\b[^>]*>.*?</script>", re.S)
+STYLE_BLOCK = re.compile(r"<style\b[^>]*>(.*?)</style>", re.S)
+NOTEBOOK_CSS = "assets/stylesheets/notebook-{}.css"
+
+_state: dict = {}
+
+
+# ----------------------------------------------------------------------------
+# Cache key: the example and everything local that it imports.
+# ----------------------------------------------------------------------------
+def _imported_names(source: str) -> set[str]:
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.add(node.module)
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return names
+
+
+def local_dependencies(path: pathlib.Path, roots: list[pathlib.Path]) -> list[pathlib.Path]:
+    """Local source files ``path`` imports, transitively, found under ``roots``."""
+    seen: set[pathlib.Path] = set()
+    todo = [path]
+    while todo:
+        current = todo.pop()
+        for name in _imported_names(current.read_text(encoding="utf-8")):
+            parts = name.split(".")
+            for root in roots:
+                candidates = [root.joinpath(*parts).with_suffix(".py"), root.joinpath(*parts, "__init__.py")]
+                # Package __init__ files run on import too.
+                candidates += [root.joinpath(*parts[:i], "__init__.py") for i in range(1, len(parts))]
+                for candidate in candidates:
+                    if candidate.is_file() and candidate not in seen and candidate != path:
+                        seen.add(candidate)
+                        todo.append(candidate)
+    return sorted(seen)
+
+
+def cache_key(example: pathlib.Path, roots: list[pathlib.Path], environment: str) -> str:
+    """Hash of the example, its local imports and the environment that runs it."""
+    h = hashlib.sha256(f"hook={HOOK_VERSION}\n{environment}\n".encode())
+    for file in [example, *local_dependencies(example, roots)]:
+        h.update(f"\n--- {file.name}\n".encode())
+        h.update(file.read_bytes())
+    return h.hexdigest()
+
+
+# ----------------------------------------------------------------------------
+# Execution
+# ----------------------------------------------------------------------------
+def _alt_texts(nb) -> list[str]:
+    """One alternative text per image output, from the cells' ``# alt:`` comments."""
+    alts: list[str] = []
+    for index, cell in enumerate(nb.cells):
+        if cell.cell_type != "code":
+            continue
+        images = sum(
+            1
+            for out in cell.get("outputs", [])
+            if out.get("output_type") in ("display_data", "execute_result")
+            and any(key.startswith("image/") for key in out.get("data", {}))
+        )
+        if not images:
+            continue
+        given = ALT_COMMENT.findall(cell.source)
+        if len(given) == images:
+            alts += given
+        elif len(given) == 1:
+            alts += [f"{given[0]} ({i + 1} of {images})" for i in range(images)] if images > 1 else given
+        else:
+            raise ValueError(
+                f"cell {index} draws {images} figure(s) but has {len(given)} '# alt: ...' "
+                "comment(s); give one per figure (or one for all)"
+            )
+    return alts
+
+
+def _execute(example: pathlib.Path, target: pathlib.Path, root: pathlib.Path, threads: int) -> float:
+    import jupytext
+    import nbformat
+    from nbclient import NotebookClient
+
+    start = time.perf_counter()
+    nb = jupytext.read(example)
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(root), str(root / "docs" / EXAMPLES_DIR), env.get("PYTHONPATH", "")]
+    ).rstrip(os.pathsep)
+    env["OMP_NUM_THREADS"] = str(threads)
+    env["MKL_NUM_THREADS"] = str(threads)
+    env.setdefault("PYTHONHASHSEED", "0")
+    env["MPLBACKEND"] = "module://matplotlib_inline.backend_inline"
+    client = NotebookClient(
+        nb,
+        timeout=600,
+        kernel_name="python3",
+        allow_errors=False,
+        resources={"metadata": {"path": str(root)}},
+    )
+    client.execute(env=env, cwd=str(root))
+    nb.metadata["field_guide"] = {"alts": _alt_texts(nb), "source": example.name}
+    tmp = target.with_suffix(".tmp")
+    nbformat.write(nb, tmp)
+    tmp.replace(target)  # atomic: a concurrent build never reads half a file
+    return time.perf_counter() - start
+
+
+def _environment(config) -> str:
+    build = config.extra.get("build", {})
+    return "\n".join(
+        [
+            f"python={sys.version}",
+            f"torch={build.get('torch', '')}",
+            f"device={build.get('device', '')}",
+            f"matplotlib={importlib.metadata.version('matplotlib')}",
+        ]
+    )
+
+
+def run_examples(config) -> dict[str, pathlib.Path]:
+    """Execute every stale example; return example name -> executed notebook."""
+    root = pathlib.Path(config.config_file_path).resolve().parent
+    examples_dir = pathlib.Path(config.docs_dir) / EXAMPLES_DIR
+    cache_dir = pathlib.Path(os.environ.get("FIELD_GUIDE_EXAMPLE_CACHE", root / ".cache" / "examples"))
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    roots = [root, examples_dir]
+    environment = _environment(config)
+
+    examples = sorted(p for p in examples_dir.glob("*.py") if not p.name.startswith("_"))
+    results: dict[str, pathlib.Path] = {}
+    todo: list[tuple[pathlib.Path, pathlib.Path]] = []
+    for example in examples:
+        target = cache_dir / f"{example.stem}-{cache_key(example, roots, environment)[:20]}.ipynb"
+        results[example.name] = target
+        if not target.exists():
+            todo.append((example, target))
+
+    cores = os.cpu_count() or 1
+    alone = [job for job in todo if EXCLUSIVE_MARK.search(job[0].read_text(encoding="utf-8"))]
+    shared = [job for job in todo if job not in alone]
+    workers = max(1, min(cores, len(shared)))
+    log.info(
+        "examples: %d of %d to execute (%d cached), %d at a time, %d alone with all %d cores",
+        len(todo), len(examples), len(examples) - len(todo), workers, len(alone), cores,
+    )
+    failures: list[str] = []
+    done = 0
+    lock = threading.Lock()
+    started = time.perf_counter()
+
+    def run(job, threads):
+        nonlocal done
+        example, target = job
+        try:
+            seconds = _execute(example, target, root, threads)
+        except Exception as exc:  # noqa: BLE001 - reported below, fails the build
+            with lock:
+                failures.append(f"docs/{EXAMPLES_DIR}/{example.name}:\n{exc}")
+            return
+        with lock:
+            done += 1
+            log.info("examples: [%d/%d] %s ran in %.1f s", done, len(todo), example.name, seconds)
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
+        list(pool.map(lambda job: run(job, max(1, cores // workers)), shared))
+    for job in alone:
+        run(job, cores)
+    if todo:
+        log.info("examples: executed %d in %.1f s", len(todo), time.perf_counter() - started)
+    if failures:
+        raise PluginError("An executed example failed:\n\n" + "\n\n".join(failures))
+
+    # Keep the cache to what this build uses.
+    wanted = set(results.values())
+    for stale in cache_dir.glob("*.ipynb"):
+        if stale not in wanted and stale.stem.rsplit("-", 1)[0] in {p.stem for p in examples}:
+            stale.unlink()
+    return results
+
+
+# ----------------------------------------------------------------------------
+# MkDocs events
+# ----------------------------------------------------------------------------
+@event_priority(100)  # before mkdocs-jupyter wraps the notebook files
+def on_files(files: Files, config) -> Files:
+    executed = run_examples(config)
+    _state["executed"] = executed
+    _state["links"] = []
+    _state["css"] = {}
+    _state["sources"] = {}
+    for file in list(files):
+        if not file.src_uri.startswith(f"{EXAMPLES_DIR}/"):
+            continue
+        name = posixpath.basename(file.src_uri)
+        if file.src_uri.endswith(".py") or name.startswith("_") or name == "__pycache__":
+            files.remove(file)
+        if name in executed:
+            # The page keeps the example's own path (so Markdown links to
+            # examples/x.py resolve) but reads the executed notebook.
+            files.append(File.generated(config, file.src_uri, abs_src_path=str(executed[name])))
+            _state["sources"][file.src_uri] = file.abs_src_path
+    return files
+
+
+def on_nav(nav, config, files: Files):
+    # mkdocs-jupyter wraps each notebook File in a proxy whose own
+    # ``abs_src_path`` (a cached property) is recomputed from ``src_dir``, which
+    # a generated File lacks; pin it to the executed notebook.
+    for file in files:
+        if file.src_uri in _state.get("sources", {}):
+            file.__dict__["abs_src_path"] = str(_state["executed"][posixpath.basename(file.src_uri)])
+    return nav
+
+
+def _is_example(page) -> bool:
+    return page.file.src_uri in _state.get("sources", {})
+
+
+def on_page_content(html_text: str, page, config, files: Files) -> str:
+    if not _is_example(page):
+        return html_text
+    import nbformat
+
+    nb = nbformat.read(page.file.abs_src_path, as_version=4)
+    alts = list(nb.metadata.get("field_guide", {}).get("alts", []))
+    placeholder = f'alt="{PLACEHOLDER_ALT}"'
+    if html_text.count(placeholder) != len(alts):
+        log.warning(
+            "Example '%s' shows %d figure(s) but %d alternative text(s) were found",
+            page.file.src_uri, html_text.count(placeholder), len(alts),
+        )
+    for alt in alts:
+        html_text = html_text.replace(placeholder, f'alt="{html.escape(alt, quote=True)}"', 1)
+
+    def rewrite(match: re.Match) -> str:
+        href = html.unescape(match.group(2))
+        if not href or href.startswith(("#", "/", "data:", "mailto:")) or re.match(r"^[a-z][a-z0-9+.-]*:", href):
+            return match.group(0)
+        path, _, anchor = href.partition("#")
+        target_uri = posixpath.normpath(posixpath.join(posixpath.dirname(page.file.src_uri), path))
+        target = files.get_file_from_path(target_uri)
+        if target is None:
+            log.warning(
+                "Example '%s' contains a link to '%s', which is not found among the documentation files.",
+                page.file.src_uri, href,
+            )
+            return match.group(0)
+        if anchor:
+            _state["links"].append((page.file.src_uri, target, anchor))
+        url = get_relative_url(target.url, page.url) + (f"#{anchor}" if anchor else "")
+        return match.group(1) + html.escape(url, quote=True) + match.group(3)
+
+    html_text = HREF.sub(rewrite, html_text)
+    html_text = _externalise(html_text, page)
+    source_name = posixpath.basename(page.file.src_uri)
+    download = get_relative_url(f"{EXAMPLES_DIR}/{source_name}", page.url)
+    note = (
+        f'<p class="fg-download">Executed when this site was built. '
+        f'<a href="{download}" download>Download the source ({source_name})</a></p>'
+    )
+    return note + html_text
+
+
+def _externalise(html_text: str, page) -> str:
+    """Drop CDN loaders; move the notebook CSS (about 600 kB) to one shared file."""
+    html_text = MATHJAX_BLOCK.sub("", html_text)
+    html_text = SCRIPT_BLOCK.sub(
+        lambda m: "" if re.search(r"https?://", m.group(0)) else m.group(0), html_text
+    )
+    css = "\n".join(STYLE_BLOCK.findall(html_text))
+    if not css:
+        return html_text
+    digest = hashlib.sha256(css.encode()).hexdigest()[:12]
+    uri = NOTEBOOK_CSS.format(digest)
+    _state.setdefault("css", {})[uri] = css
+    html_text = STYLE_BLOCK.sub("", html_text)
+    href = get_relative_url(uri, page.url)
+    return f'<link rel="stylesheet" href="{href}">' + html_text
+
+
+def on_env(env, config, files: Files):
+    for src, target, anchor in _state.get("links", []):
+        page = getattr(target, "page", None)
+        content = getattr(page, "content", "") or ""
+        if f'id="{anchor}"' not in content:
+            log.warning(
+                "Example '%s' links to '%s#%s', but that page has no anchor '#%s'.",
+                src, target.src_uri, anchor, anchor,
+            )
+    return env
+
+
+def on_post_build(config) -> None:
+    for uri, css in _state.get("css", {}).items():
+        target = pathlib.Path(config.site_dir) / uri
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(css, encoding="utf-8")
+    site = pathlib.Path(config.site_dir) / EXAMPLES_DIR
+    site.mkdir(parents=True, exist_ok=True)
+    for src_uri, source in _state.get("sources", {}).items():
+        (site / posixpath.basename(src_uri)).write_bytes(pathlib.Path(source).read_bytes())

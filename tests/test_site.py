@@ -1,0 +1,221 @@
+"""The site itself: a strict, cold build whose pages carry the tested code, the
+executed examples and nothing from another host."""
+
+from __future__ import annotations
+
+import html
+import importlib.util
+import pathlib
+import re
+import shutil
+import textwrap
+
+import pytest
+
+from conftest import ROOT
+
+pytestmark = pytest.mark.site
+
+DOCS = ROOT / "docs"
+EXAMPLES = sorted(p for p in (DOCS / "examples").glob("*.py") if not p.name.startswith("_"))
+INCLUDE = re.compile(r'^[ \t]*--8<--[ \t]+"([^":]+)(?::([A-Za-z][\w-]*))?"', re.M)
+
+
+def page_path(site, src: str) -> pathlib.Path:
+    stem = src.rsplit(".", 1)[0]
+    if stem.endswith("index"):
+        return site.path / f"{stem}.html"
+    return site.path / stem / "index.html"
+
+
+def text_of(path: pathlib.Path) -> str:
+    raw = path.read_text(encoding="utf-8")
+    raw = re.sub(r"<(script|style)\b.*?</\1>", " ", raw, flags=re.S)
+    return html.unescape(re.sub(r"<[^>]+>", "", raw))
+
+
+def load_hook(name: str):
+    spec = importlib.util.spec_from_file_location(f"hook_{name}", ROOT / "hooks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# ------------------------------------------------------------- the build ----
+def test_build_is_strict_and_warning_free(built_site):
+    assert "WARNING" not in built_site.log, built_site.log
+    assert "Aborted" not in built_site.log
+
+
+def test_every_markdown_page_is_built(built_site):
+    for md in DOCS.rglob("*.md"):
+        src = md.relative_to(DOCS).as_posix()
+        assert page_path(built_site, src).is_file(), f"{src} was not built"
+
+
+def test_included_code_is_on_the_page(built_site):
+    text = text_of(page_path(built_site, "foundations/scaled-dot-product.md"))
+    assert "def scaled_dot_product_attention(" in text
+    assert "def causal_mask(" in text
+    assert "torch.softmax(scores, dim=-1)" in text
+
+
+def test_no_section_markers_or_include_lines_leak(built_site):
+    for page in built_site.path.rglob("*.html"):
+        raw = page.read_text(encoding="utf-8")
+        assert "--8&lt;--" not in raw and "--8<--" not in raw, f"{page} shows a snippet marker"
+
+
+def test_every_include_names_an_existing_section():
+    """Independent of the build: each `--8<-- "file:section"` on a page exists."""
+    for md in DOCS.rglob("*.md"):
+        for file, section in INCLUDE.findall(md.read_text(encoding="utf-8")):
+            source = ROOT / "snippets" / file
+            assert source.is_file(), f"{md.relative_to(ROOT)} includes missing {file}"
+            if section:
+                text = source.read_text(encoding="utf-8")
+                assert f"[start:{section}]" in text and f"[end:{section}]" in text, (
+                    f"{md.relative_to(ROOT)} includes {file}:{section}, which has no such section"
+                )
+
+
+def test_snippet_files_are_downloadable(built_site):
+    published = built_site.path / "snippets" / "foundations" / "scaled_dot_product.py"
+    assert published.read_bytes() == (ROOT / "snippets/foundations/scaled_dot_product.py").read_bytes()
+    raw = page_path(built_site, "foundations/scaled-dot-product.md").read_text(encoding="utf-8")
+    assert 'href="../../snippets/foundations/scaled_dot_product.py"' in raw
+
+
+def test_footer_states_torch_version_and_device(built_site):
+    import torch
+
+    for src in ("index.md", "foundations/scaled-dot-product.md"):
+        text = text_of(page_path(built_site, src))
+        assert f"torch {torch.__version__}" in text and "on cpu" in text
+
+
+# -------------------------------------------------------------- examples ----
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.name)
+def test_every_example_executed(built_site, example):
+    page = built_site.path / "examples" / example.stem / "index.html"
+    raw = page.read_text(encoding="utf-8")
+    assert "jp-OutputArea-output" in raw, f"{example.name} has no output"
+    assert "Traceback (most recent call last)" not in raw
+    assert 'alt="No description has been provided for this image"' not in raw
+    assert (built_site.path / "examples" / example.name).read_bytes() == example.read_bytes()
+
+
+def test_example_figure_and_printed_shapes(built_site):
+    raw = (built_site.path / "examples" / "scaled_dot_product" / "index.html").read_text(encoding="utf-8")
+    figures = re.findall(r'<img alt="([^"]+)" src="data:image/png;base64,', raw)
+    assert figures and all(len(alt) > 30 for alt in figures), figures
+    assert "Professor" in figures[0]
+    text = text_of(built_site.path / "examples" / "scaled_dot_product" / "index.html")
+    assert "out (2, 4, 6, 16) weights (2, 4, 6, 9)" in text
+
+
+def test_links_in_examples_are_rewritten(built_site):
+    raw = (built_site.path / "examples" / "softmax_saturation" / "index.html").read_text(encoding="utf-8")
+    assert 'href="../../foundations/scaled-dot-product/#why-divide-by-sqrtd"' in raw
+    assert ".md" not in re.findall(r'href="([^"]*foundations[^"]*)"', raw)[0]
+
+
+# --------------------------------------------------------------- offline ----
+LOADED = [
+    re.compile(r'<(?:script|img|iframe|source|audio|video|embed|track)\b[^>]*\bsrc="((?:https?:)?//[^"]+)"', re.I),
+    re.compile(r'<link\b(?=[^>]*\brel="(?:stylesheet|preload|modulepreload|icon|prefetch|preconnect|dns-prefetch|manifest)")[^>]*\bhref="((?:https?:)?//[^"]+)"', re.I),
+    re.compile(r'@import\s+(?:url\()?["\']?((?:https?:)?//[^"\')\s]+)', re.I),
+    re.compile(r'url\(\s*["\']?((?:https?:)?//[^"\')\s]+)', re.I),
+    re.compile(r'import\(\s*["\']((?:https?:)?//[^"\']+)', re.I),
+]
+
+
+def test_no_page_loads_anything_from_another_host(built_site):
+    offenders = []
+    for path in list(built_site.path.rglob("*.html")) + list(built_site.path.rglob("*.css")):
+        raw = path.read_text(encoding="utf-8", errors="replace")
+        for pattern in LOADED:
+            for url in pattern.findall(raw):
+                if not re.match(r"^(?:https?:)?//(?:localhost|127\.0\.0\.1)[:/]", url) and "www.w3.org" not in url:
+                    offenders.append(f"{path.relative_to(built_site.path)}: {url}")
+    assert not offenders, "\n".join(offenders[:20])
+
+
+def test_math_renderer_is_served_by_the_site(built_site):
+    for asset in ("vendor/katex/katex.min.js", "vendor/katex/katex.min.css",
+                  "vendor/katex/contrib/auto-render.min.js", "vendor/katex/LICENSE"):
+        assert (built_site.path / asset).is_file(), asset
+    css = (built_site.path / "vendor/katex/katex.min.css").read_text()
+    for font in re.findall(r"url\((fonts/[^)]+\.woff2)\)", css):
+        assert (built_site.path / "vendor/katex" / font).is_file(), font
+    raw = page_path(built_site, "foundations/scaled-dot-product.md").read_text(encoding="utf-8")
+    assert 'class="arithmatex"' in raw
+
+
+# --------------------------------------------------- the example machinery ----
+def test_cache_key_follows_the_code_an_example_imports(tmp_path):
+    hook = load_hook("examples")
+    (tmp_path / "snippets" / "area").mkdir(parents=True)
+    (tmp_path / "snippets" / "__init__.py").write_text("")
+    (tmp_path / "snippets" / "area" / "__init__.py").write_text("")
+    used = tmp_path / "snippets" / "area" / "used.py"
+    helper = tmp_path / "snippets" / "area" / "helper.py"
+    unused = tmp_path / "snippets" / "area" / "unused.py"
+    used.write_text("from snippets.area.helper import h\nX = 1\n")
+    helper.write_text("def h():\n    return 1\n")
+    unused.write_text("Y = 1\n")
+    example = tmp_path / "ex.py"
+    example.write_text("from snippets.area import used\nprint(used.X)\n")
+    key = lambda: hook.cache_key(example, [tmp_path], "env")  # noqa: E731
+    first = key()
+    unused.write_text("Y = 2\n")
+    assert key() == first, "an unrelated snippet must not invalidate the example"
+    used.write_text("from snippets.area.helper import h\nX = 2\n")
+    second = key()
+    assert second != first, "a snippet the example imports must invalidate it"
+    helper.write_text("def h():\n    return 2\n")
+    assert key() != second, "a module imported by an imported module must invalidate it"
+    assert hook.cache_key(example, [tmp_path], "other torch") != key()
+
+
+def test_a_failing_example_fails_the_build(tmp_path):
+    project = tmp_path / "project"
+    shutil.copytree(ROOT, project, ignore=shutil.ignore_patterns(".git", ".cache", "site", "__pycache__", "examples"))
+    (project / "docs" / "examples").mkdir()
+    shutil.copy(DOCS / "examples" / "_plotting.py", project / "docs" / "examples")
+    (project / "docs" / "examples" / "broken.py").write_text(
+        textwrap.dedent(
+            """\
+            # %% [markdown]
+            # # A broken example
+
+            # %%
+            print("before")
+            raise RuntimeError("this example is broken on purpose")
+            """
+        )
+    )
+    config = (project / "mkdocs.yml").read_text()
+    config = re.sub(r"\n  - Executed examples:\n(?:      - .*\n)+", "\n", config)
+    (project / "mkdocs.yml").write_text(config)
+    for md in (project / "docs").rglob("*.md"):  # links into the removed examples
+        md.write_text(re.sub(r"\]\((?:\.\./)*examples/[^)]+\)", "](#)", md.read_text()))
+    result = _build_project(project, tmp_path)
+    assert result.returncode != 0
+    assert "An executed example failed" in result.log
+    assert "this example is broken on purpose" in result.log
+    assert "broken.py" in result.log
+
+
+def _build_project(project: pathlib.Path, tmp_path: pathlib.Path):
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "FIELD_GUIDE_EXAMPLE_CACHE": str(tmp_path / "cache"), "NO_MKDOCS_2_WARNING": "1"}
+    result = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(tmp_path / "out")],
+        cwd=project, env=env, capture_output=True, text=True, timeout=600,
+    )
+    result.log = result.stdout + result.stderr
+    return result
