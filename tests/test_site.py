@@ -219,3 +219,22 @@ def _build_project(project: pathlib.Path, tmp_path: pathlib.Path):
     )
     result.log = result.stdout + result.stderr
     return result
+
+
+FENCE = re.compile(r"^(?P<indent>[ \t]*)```(?P<lang>[\w+-]*)[^\n]*\n(?P<body>.*?)^(?P=indent)```", re.M | re.S)
+
+
+def test_pages_include_project_code_instead_of_pasting_it():
+    """A Python block on a page is either an include from snippets/ or a short
+    usage line or two; anything longer belongs in snippets/ where it is tested."""
+    pasted = []
+    for md in DOCS.rglob("*.md"):
+        for match in FENCE.finditer(md.read_text(encoding="utf-8")):
+            if match.group("lang") not in ("python", "py", "pycon"):
+                continue
+            lines = [line for line in match.group("body").splitlines() if line.strip()]
+            if all(INCLUDE.match(line) for line in lines):
+                continue
+            if len(lines) > 6:
+                pasted.append(f"{md.relative_to(ROOT)}: a {len(lines)}-line Python block starting {lines[0].strip()!r}")
+    assert not pasted, "\n".join(pasted)

@@ -17,16 +17,34 @@
       // The notebook copy button keeps a hidden copy of each cell's source.
       ignoredClasses: ["clipboard-copy-txt"],
     };
-    document.querySelectorAll(".arithmatex").forEach(function (el) {
+    document.querySelectorAll(".arithmatex, .jupyter-wrapper .jp-RenderedMarkdown").forEach(function (el) {
+      if (el.hasAttribute("data-fg-typeset")) return;
+      el.setAttribute("data-fg-typeset", "");
       renderMathInElement(el, options);
     });
-    document.querySelectorAll(".jupyter-wrapper .jp-RenderedMarkdown").forEach(function (el) {
-      renderMathInElement(el, options);
+    focusWideMath();
+  }
+  // A display equation wider than the column scrolls in its own box
+  // (extra.css); keyboard users need to reach that box to scroll it.
+  function focusWideMath() {
+    document.querySelectorAll(".katex-display").forEach(function (el) {
+      if (el.scrollWidth > el.clientWidth + 1) {
+        el.setAttribute("tabindex", "0");
+      } else {
+        el.removeAttribute("tabindex");
+      }
     });
   }
+  var resizing;
+  window.addEventListener("resize", function () {
+    clearTimeout(resizing);
+    resizing = setTimeout(focusWideMath, 150);
+  });
   if (typeof document$ !== "undefined") {
     document$.subscribe(typeset);
-  } else {
-    document.addEventListener("DOMContentLoaded", typeset);
   }
+  // Also on DOMContentLoaded: from file:// (the OFFLINE=true build) Material
+  // 9.8 completes document$ without emitting while navigation.instant is on.
+  // typeset() skips math it has already rendered, so running twice is safe.
+  document.addEventListener("DOMContentLoaded", typeset);
 })();

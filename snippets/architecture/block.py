@@ -1,0 +1,184 @@
+"""The Transformer block: attention and a feed-forward MLP, each in a residual.
+
+Papers: Vaswani, Shazeer, Parmar, Uszkoreit, Jones, Gomez, Kaiser and Polosukhin
+(2017), "Attention Is All You Need", arXiv:1706.03762, section 3.1 (post-norm,
+ReLU); Xiong, Yang, He, Zheng, Zheng, Xing, Zhang, Lan, Wang and Liu (2020),
+"On Layer Normalization in the Transformer Architecture", arXiv:2002.04745
+(pre-norm).
+Page: docs/architecture/transformer-block.md
+Tested against: torch.nn.TransformerEncoderLayer(batch_first=True) with its
+weights copied in (tests/test_block.py).
+
+The block receives its attention module instead of importing one, so this file
+runs alone. The module is called as ``attention(x, attn_mask=..., key_mask=...,
+is_causal=...)`` and must return a tuple whose first element is ``(B, N, D)``;
+masks follow its convention (for the guide's MultiHeadAttention: a boolean mask
+is True = may attend, ``key_mask`` is True = real token).
+
+This file needs only torch and the standard library: copy it into a project.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+__all__ = ["TransformerBlock"]
+
+_ACTIVATIONS = {"gelu": F.gelu, "relu": F.relu}
+
+
+class TransformerBlock(nn.Module):
+    """One encoder-style block: self-attention, then a position-wise MLP.
+
+    Args:
+        attention: the self-attention module (e.g. the guide's MultiHeadAttention).
+        d_model: D, the width of the tokens.
+        d_ff: the hidden width of the MLP (commonly 4 * D).
+        dropout: dropout on the MLP hidden layer and on both residual branches.
+        activation: ``"gelu"`` or ``"relu"``.
+        norm_first: True for pre-norm, False for the original post-norm.
+        layer_norm_eps: the LayerNorm epsilon.
+        bias: give the MLP and the LayerNorms a bias.
+
+    Shape:
+        ``(B, N, D)`` -> ``(B, N, D)``.
+    """
+
+    # --8<-- [start:init]
+    def __init__(
+        self,
+        attention: nn.Module,
+        d_model: int,
+        d_ff: int,
+        *,
+        dropout: float = 0.1,
+        activation: str = "gelu",
+        norm_first: bool = True,
+        layer_norm_eps: float = 1e-5,
+        bias: bool = True,
+    ) -> None:
+        super().__init__()
+        if not isinstance(attention, nn.Module):
+            raise TypeError(f"attention must be an nn.Module, got {type(attention).__name__}")
+        for name, value in (("d_model", d_model), ("d_ff", d_ff)):
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        if isinstance(dropout, bool) or not (0.0 <= float(dropout) < 1.0):
+            raise ValueError(f"dropout must be a float in [0, 1), got {dropout!r}")
+        if activation not in _ACTIVATIONS:
+            raise ValueError(
+                f"activation must be one of {sorted(_ACTIVATIONS)}, got {activation!r}"
+            )
+        self.d_model = d_model
+        self.norm_first = norm_first
+        self.activation_name = activation
+        self.activation = _ACTIVATIONS[activation]
+
+        self.attention = attention
+        self.linear1 = nn.Linear(d_model, d_ff, bias=bias)  # D -> d_ff
+        self.linear2 = nn.Linear(d_ff, d_model, bias=bias)  # d_ff -> D
+        self.norm1 = nn.LayerNorm(d_model, eps=layer_norm_eps, bias=bias)
+        self.norm2 = nn.LayerNorm(d_model, eps=layer_norm_eps, bias=bias)
+        self.dropout = nn.Dropout(dropout)  # inside the MLP, after the activation
+        self.dropout1 = nn.Dropout(dropout)  # on the attention branch
+        self.dropout2 = nn.Dropout(dropout)  # on the MLP branch
+    # --8<-- [end:init]
+
+    # --8<-- [start:branches]
+    def _attention_branch(
+        self,
+        x: torch.Tensor,
+        attn_mask: torch.Tensor | None,
+        key_mask: torch.Tensor | None,
+        is_causal: bool,
+    ) -> torch.Tensor:
+        out = self.attention(x, attn_mask=attn_mask, key_mask=key_mask, is_causal=is_causal)[0]
+        return self.dropout1(out)  # (B, N, D)
+
+    def _mlp_branch(self, x: torch.Tensor) -> torch.Tensor:
+        hidden = self.dropout(self.activation(self.linear1(x)))  # (B, N, D) -> (B, N, d_ff)
+        return self.dropout2(self.linear2(hidden))  # (B, N, d_ff) -> (B, N, D)
+    # --8<-- [end:branches]
+
+    # --8<-- [start:forward]
+    def forward(
+        self,
+        x: torch.Tensor,
+        *,
+        attn_mask: torch.Tensor | None = None,
+        key_mask: torch.Tensor | None = None,
+        is_causal: bool = False,
+    ) -> torch.Tensor:
+        """Apply the block.
+
+        Args:
+            x: tokens, ``(B, N, D)``.
+            attn_mask: passed to the attention module.
+            key_mask: ``(B, N)``, passed to the attention module.
+            is_causal: passed to the attention module.
+
+        Returns:
+            ``(B, N, D)``.
+        """
+        if not isinstance(x, torch.Tensor) or x.dim() != 3 or x.shape[-1] != self.d_model:
+            got = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+            raise ValueError(f"x must have shape (B, N, D) with D = {self.d_model}, got {got}")
+        masks = dict(attn_mask=attn_mask, key_mask=key_mask, is_causal=is_causal)
+        if self.norm_first:
+            # Pre-norm: the residual stream x is never normalised, so the
+            # identity path carries gradients straight through every block.
+            x = x + self._attention_branch(self.norm1(x), **masks)
+            x = x + self._mlp_branch(self.norm2(x))
+        else:
+            # Post-norm (2017): normalise after each residual sum.
+            x = self.norm1(x + self._attention_branch(x, **masks))
+            x = self.norm2(x + self._mlp_branch(x))
+        return x  # (B, N, D)
+    # --8<-- [end:forward]
+
+    # --8<-- [start:from_torch]
+    @classmethod
+    def from_torch(
+        cls, layer: nn.TransformerEncoderLayer, attention: nn.Module
+    ) -> "TransformerBlock":
+        """Copy the norms and the MLP of ``nn.TransformerEncoderLayer``.
+
+        The attention is not copied here: pass an equivalent module, typically
+        ``MultiHeadAttention.from_torch(layer.self_attn)``. The layer must be
+        ``batch_first=True`` for the two to take the same inputs.
+
+        Args:
+            layer: the layer to copy (activation ReLU or GELU).
+            attention: the attention module the block will call.
+
+        Returns:
+            A ``TransformerBlock`` on the layer's device and dtype.
+        """
+        if not isinstance(layer, nn.TransformerEncoderLayer):
+            raise TypeError(
+                f"layer must be an nn.TransformerEncoderLayer, got {type(layer).__name__}"
+            )
+        act = layer.activation
+        if act is F.relu or isinstance(act, nn.ReLU):
+            name = "relu"
+        elif act is F.gelu or (isinstance(act, nn.GELU) and act.approximate == "none"):
+            name = "gelu"
+        else:  # tanh-approximate GELU, SiLU, ...: not what this block computes
+            raise ValueError(f"layer.activation must be ReLU or exact GELU, got {act!r}")
+        ref = layer.linear1.weight
+        new = cls(
+            attention,
+            layer.linear1.in_features,
+            layer.linear1.out_features,
+            dropout=layer.dropout.p,
+            activation=name,
+            norm_first=layer.norm_first,
+            layer_norm_eps=layer.norm1.eps,
+            bias=layer.linear1.bias is not None,
+        ).to(device=ref.device, dtype=ref.dtype)
+        for part in ("linear1", "linear2", "norm1", "norm2"):
+            getattr(new, part).load_state_dict(getattr(layer, part).state_dict())
+        return new.train(layer.training)
+    # --8<-- [end:from_torch]

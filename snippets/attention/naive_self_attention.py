@@ -1,0 +1,67 @@
+"""Naive self-attention: softmax(X X^T) X, with no parameters at all.
+
+Paper: the dot-product scoring comes from Luong, Pham and Manning (2015),
+"Effective Approaches to Attention-based Neural Machine Translation",
+arXiv:1508.04025; attending a sequence to itself, from Vaswani, Shazeer, Parmar,
+Uszkoreit, Jones, Gomez, Kaiser and Polosukhin (2017), "Attention Is All You
+Need", arXiv:1706.03762. This parameter-free form is a teaching step, not a
+layer from either paper.
+Page: docs/attention/naive-self-attention.md
+Tested against: torch.nn.functional.scaled_dot_product_attention with
+q = k = v = X and scale=1 (tests/test_naive_self_attention.py).
+
+This file needs only torch and the standard library: copy it into a project.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+__all__ = ["naive_self_attention", "NaiveSelfAttention"]
+
+
+# --8<-- [start:forward]
+def naive_self_attention(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each token becomes a weighted average of all tokens, weighted by similarity.
+
+    Args:
+        x: token vectors, ``(B, N, D)``.
+
+    Returns:
+        ``(out, weights)``: ``out`` is ``(B, N, D)``, ``weights`` is
+        ``(B, N, N)`` with every row summing to 1.
+
+    Shape:
+        ``(B, N, D) -> (B, N, D)``.
+    """
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
+    if not x.is_floating_point():
+        raise TypeError(f"x must have a floating dtype, got {x.dtype}")
+    if x.dim() != 3:
+        raise ValueError(
+            f"x must have shape (B, N, D) (batch first), got shape {tuple(x.shape)}"
+        )
+    # Half precision is scored in float32: x_i . x_j overflows float16 quickly.
+    acc = torch.float32 if x.dtype in (torch.float16, torch.bfloat16) else x.dtype
+    x_acc = x.to(acc)
+    scores = x_acc @ x_acc.transpose(-2, -1)  # (B, N, D) @ (B, D, N) -> (B, N, N)
+    # dim=-1: each query's row is normalised over the keys, not each key's column.
+    weights = torch.softmax(scores, dim=-1)  # (B, N, N)
+    out = weights @ x_acc  # (B, N, N) @ (B, N, D) -> (B, N, D)
+    return out.to(x.dtype), weights.to(x.dtype)
+# --8<-- [end:forward]
+
+
+# --8<-- [start:module]
+class NaiveSelfAttention(nn.Module):
+    """``naive_self_attention`` as a module, to sit where a layer is expected.
+
+    It has no parameters: nothing here can be trained.
+    """
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Args: x ``(B, N, D)``. Returns ``(out (B, N, D), weights (B, N, N))``."""
+        return naive_self_attention(x)
+# --8<-- [end:module]

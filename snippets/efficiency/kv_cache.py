@@ -1,0 +1,304 @@
+"""The KV cache: decode one token at a time without recomputing the past.
+
+Papers: the cache is as old as autoregressive Transformer decoding (Vaswani et
+al. (2017), "Attention Is All You Need", arXiv:1706.03762); its memory cost is
+what multi-query attention (Shazeer (2019), "Fast Transformer Decoding: One
+Write-Head is All You Need", arXiv:1911.02150) and grouped-query attention
+(Ainslie et al. (2023), "GQA: Training Generalized Multi-Query Transformer
+Models from Multi-Head Checkpoints", arXiv:2305.13245) cut down.
+Page: docs/efficiency/kv-cache.md
+Tested against: the same model run on the whole sequence with a causal mask
+(tests/test_kv_cache.py): prefill plus token-by-token decoding must reproduce it.
+
+During generation, the keys and values of past tokens never change (a causal
+layer's token t depends only on tokens <= t). ``KVCache`` stores them, per layer,
+in buffers allocated once; each new token only projects its own q, k, v and
+attends to the stored keys. A chunk of N queries that follows M - N cached keys
+uses the causal mask aligned to the lower right: query i sees keys j <= i + M - N.
+
+This file needs only torch and the standard library: copy it into a project.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+__all__ = ["kv_cache_bytes", "KVCache", "CachedSelfAttention", "TinyDecoder", "generate"]
+
+
+# --8<-- [start:bytes]
+def kv_cache_bytes(
+    batch: int,
+    seq_len: int,
+    n_layers: int,
+    n_kv_heads: int,
+    d_head: int,
+    dtype: torch.dtype = torch.float16,
+) -> int:
+    """Bytes held by a KV cache: keys and values for every layer, head and token.
+
+    bytes = 2 (k and v) x B x M x layers x H_kv x d x bytes per element.
+
+    Args:
+        batch: B, sequences decoded together.
+        seq_len: M, tokens cached per sequence (prompt plus generated).
+        n_layers: attention layers in the model.
+        n_kv_heads: H_kv, key/value heads per layer (H for multi-head attention).
+        d_head: d, the width of one head.
+        dtype: the dtype the cache is stored in.
+
+    Returns:
+        The size in bytes, an int.
+    """
+    for name, value in (("batch", batch), ("seq_len", seq_len), ("n_layers", n_layers),
+                        ("n_kv_heads", n_kv_heads), ("d_head", d_head)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"{name} must be a non-negative int, got {value!r}")
+    if not isinstance(dtype, torch.dtype):
+        raise TypeError(f"dtype must be a torch.dtype, got {type(dtype).__name__}")
+    return 2 * batch * seq_len * n_layers * n_kv_heads * d_head * dtype.itemsize
+# --8<-- [end:bytes]
+
+
+# --8<-- [start:cache]
+class KVCache:
+    """Preallocated key and value buffers for every layer of a decoder.
+
+    Args:
+        n_layers: how many attention layers write to the cache.
+        batch: B.
+        n_kv_heads: H_kv, key/value heads per layer.
+        d_head: d.
+        max_len: the most tokens a sequence may reach (prompt plus generated).
+        dtype, device: of the buffers.
+
+    Shape:
+        each layer holds keys and values of shape ``(B, H_kv, max_len, d)``, of
+        which the first ``seq_len(layer)`` positions are filled.
+    """
+
+    def __init__(self, n_layers: int, batch: int, n_kv_heads: int, d_head: int, max_len: int,
+                 *, dtype: torch.dtype = torch.float32, device: torch.device | str | None = None) -> None:
+        for name, value in (("n_layers", n_layers), ("batch", batch), ("n_kv_heads", n_kv_heads),
+                            ("d_head", d_head), ("max_len", max_len)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        shape = (batch, n_kv_heads, max_len, d_head)
+        self.k = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(n_layers)]
+        self.v = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(n_layers)]
+        self.lengths = [0] * n_layers
+        self.max_len = max_len
+
+    def seq_len(self, layer: int = 0) -> int:
+        """Tokens already stored for ``layer``."""
+        return self.lengths[layer]
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes allocated by the buffers (all of ``max_len``, filled or not)."""
+        return sum(t.numel() * t.element_size() for t in self.k + self.v)
+
+    def update(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Append the new keys and values of ``layer``; return all stored so far.
+
+        Args:
+            layer: index of the attention layer.
+            k: new keys, ``(B, H_kv, N, d)``.
+            v: new values, ``(B, H_kv, N, d)``.
+
+        Returns:
+            ``(k_all, v_all)``, views of shape ``(B, H_kv, M, d)`` with
+            M = previous length + N.
+        """
+        start, n = self.lengths[layer], k.shape[-2]
+        if start + n > self.max_len:
+            raise ValueError(
+                f"the cache holds max_len={self.max_len} tokens; layer {layer} has {start} "
+                f"and got {n} more"
+            )
+        buf_k, buf_v = self.k[layer], self.v[layer]
+        if k.shape[:2] != buf_k.shape[:2] or k.shape[-1] != buf_k.shape[-1] or v.shape != k.shape:
+            raise ValueError(
+                f"k and v must have shape (B, H_kv, N, d) = ({buf_k.shape[0]}, {buf_k.shape[1]}, "
+                f"N, {buf_k.shape[3]}), got k {tuple(k.shape)} and v {tuple(v.shape)}"
+            )
+        buf_k[:, :, start : start + n] = k  # write in place: no copy of the past
+        buf_v[:, :, start : start + n] = v
+        self.lengths[layer] = start + n
+        return buf_k[:, :, : start + n], buf_v[:, :, : start + n]  # (B, H_kv, M, d) each
+# --8<-- [end:cache]
+
+
+class CachedSelfAttention(nn.Module):
+    """Causal self-attention that can read and extend a ``KVCache``.
+
+    Args:
+        d_model: D.
+        n_heads: H, query heads; ``d_model`` must be divisible by it.
+        n_kv_heads: H_kv, key/value heads (``n_heads`` when None); must divide ``n_heads``.
+        bias: give the projections a bias.
+
+    Shape:
+        ``(B, N, D) -> (B, N, D)``; with a cache holding P tokens, the N new
+        tokens attend to M = P + N keys.
+    """
+
+    def __init__(self, d_model: int, n_heads: int, n_kv_heads: int | None = None,
+                 *, bias: bool = True) -> None:
+        super().__init__()
+        n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
+        for name, value in (("d_model", d_model), ("n_heads", n_heads), ("n_kv_heads", n_kv_heads)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        if d_model % n_heads:
+            raise ValueError(
+                f"d_model must be divisible by n_heads, got d_model={d_model} and n_heads={n_heads}"
+            )
+        if n_heads % n_kv_heads:
+            raise ValueError(
+                f"n_kv_heads must divide n_heads, got n_heads={n_heads} and n_kv_heads={n_kv_heads}"
+            )
+        self.n_heads, self.n_kv_heads = n_heads, n_kv_heads
+        self.d_head = d_model // n_heads
+        self.q_proj = nn.Linear(d_model, n_heads * self.d_head, bias=bias)
+        self.k_proj = nn.Linear(d_model, n_kv_heads * self.d_head, bias=bias)
+        self.v_proj = nn.Linear(d_model, n_kv_heads * self.d_head, bias=bias)
+        self.out_proj = nn.Linear(n_heads * self.d_head, d_model, bias=bias)
+
+    # --8<-- [start:forward]
+    def forward(self, x: torch.Tensor, cache: KVCache | None = None, layer: int = 0) -> torch.Tensor:
+        """Attend causally over the cached tokens and the N new ones.
+
+        Args:
+            x: the new tokens, ``(B, N, D)``.
+            cache: None for a plain causal pass; else the keys and values of
+                ``x`` are appended to it and the queries attend to all of them.
+            layer: which of the cache's layers this module owns.
+
+        Returns:
+            ``(B, N, D)``.
+        """
+        if not isinstance(x, torch.Tensor) or x.dim() != 3 or x.shape[-1] != self.q_proj.in_features:
+            got = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+            raise ValueError(f"x must have shape (B, N, D) with D = {self.q_proj.in_features}, got {got}")
+        B, N, D = x.shape
+        q = self.q_proj(x).view(B, N, self.n_heads, self.d_head).transpose(1, 2)  # (B, N, D) -> (B, H, N, d)
+        k = self.k_proj(x).view(B, N, self.n_kv_heads, self.d_head).transpose(1, 2)  # (B, N, D) -> (B, H_kv, N, d)
+        v = self.v_proj(x).view(B, N, self.n_kv_heads, self.d_head).transpose(1, 2)  # (B, N, D) -> (B, H_kv, N, d)
+        if cache is not None:
+            k, v = cache.update(layer, k, v)  # (B, H_kv, N, d) -> (B, H_kv, M, d), M = cached + N
+        M = k.shape[-2]
+        if N == M:  # no past: the ordinary triangle
+            mask, is_causal = None, True
+        elif N == 1:  # one new token may see every cached key: no mask at all
+            mask, is_causal = None, False
+        else:
+            # A chunk after a cached prefix: lower-right aligned. PyTorch's is_causal
+            # would align to the upper left and hide most of the prefix.
+            i = torch.arange(N, device=x.device).unsqueeze(-1)  # (N, 1)
+            j = torch.arange(M, device=x.device)  # (M,)
+            mask, is_causal = j <= i + (M - N), False  # (N, 1) vs (M,) -> (N, M)
+        out = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, is_causal=is_causal, enable_gqa=self.n_kv_heads != self.n_heads
+        )  # (B, H, N, d) x (B, H_kv, M, d) -> (B, H, N, d)
+        out = out.transpose(1, 2).reshape(B, N, D)  # (B, H, N, d) -> (B, N, H, d) -> (B, N, D)
+        return self.out_proj(out)  # (B, N, D)
+    # --8<-- [end:forward]
+
+
+class TinyDecoder(nn.Module):
+    """A small decoder-only language model whose layers share one ``KVCache``.
+
+    Token and learned position embeddings, ``n_layers`` pre-norm blocks
+    (causal attention, then a GELU MLP), a final norm and an output projection.
+
+    Args:
+        vocab_size: V, the number of token ids.
+        d_model: D.
+        n_heads: H.
+        n_layers: blocks.
+        n_kv_heads: H_kv (``n_heads`` when None).
+        max_len: the longest sequence the position table covers.
+
+    Shape:
+        tokens ``(B, N)`` (int64) -> logits ``(B, N, V)``.
+    """
+
+    def __init__(self, vocab_size: int, d_model: int, n_heads: int, n_layers: int,
+                 *, n_kv_heads: int | None = None, max_len: int = 512) -> None:
+        super().__init__()
+        self.max_len = max_len
+        self.embed = nn.Embedding(vocab_size, d_model)
+        self.pos = nn.Embedding(max_len, d_model)
+        self.attn = nn.ModuleList(CachedSelfAttention(d_model, n_heads, n_kv_heads) for _ in range(n_layers))
+        self.norm1 = nn.ModuleList(nn.LayerNorm(d_model) for _ in range(n_layers))
+        self.norm2 = nn.ModuleList(nn.LayerNorm(d_model) for _ in range(n_layers))
+        self.mlp = nn.ModuleList(
+            nn.Sequential(nn.Linear(d_model, 4 * d_model), nn.GELU(), nn.Linear(4 * d_model, d_model))
+            for _ in range(n_layers)
+        )
+        self.norm = nn.LayerNorm(d_model)
+        self.head = nn.Linear(d_model, vocab_size, bias=False)
+
+    def new_cache(self, batch: int, max_len: int | None = None) -> KVCache:
+        """An empty cache shaped for this model."""
+        a = self.attn[0]
+        w = self.head.weight
+        return KVCache(len(self.attn), batch, a.n_kv_heads, a.d_head, max_len or self.max_len,
+                       dtype=w.dtype, device=w.device)
+
+    # --8<-- [start:decoder]
+    def forward(self, tokens: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
+        """Logits for every position of ``tokens``, continuing ``cache`` if given."""
+        if not isinstance(tokens, torch.Tensor) or tokens.dim() != 2 or tokens.is_floating_point():
+            got = f"{tuple(tokens.shape)} {tokens.dtype}" if isinstance(tokens, torch.Tensor) else type(tokens).__name__
+            raise ValueError(f"tokens must be a (B, N) tensor of integer ids, got {got}")
+        B, N = tokens.shape
+        start = cache.seq_len() if cache is not None else 0  # positions continue after the cache
+        if start + N > self.max_len:
+            raise ValueError(
+                f"positions run to {start + N}, beyond max_len={self.max_len} of the position table"
+            )
+        pos = torch.arange(start, start + N, device=tokens.device)  # (N,)
+        x = self.embed(tokens) + self.pos(pos)  # (B, N) -> (B, N, D)
+        for layer, (attn, norm1, norm2, mlp) in enumerate(zip(self.attn, self.norm1, self.norm2, self.mlp)):
+            x = x + attn(norm1(x), cache, layer)
+            x = x + mlp(norm2(x))
+        return self.head(self.norm(x))  # (B, N, D) -> (B, N, V)
+    # --8<-- [end:decoder]
+
+
+# --8<-- [start:generate]
+@torch.no_grad()
+def generate(model: TinyDecoder, prompt: torch.Tensor, n_new: int, *, use_cache: bool = True) -> torch.Tensor:
+    """Greedy decoding: append the most likely next token ``n_new`` times.
+
+    Args:
+        model: the decoder.
+        prompt: token ids, ``(B, N0)``.
+        n_new: tokens to generate.
+        use_cache: prefill a KV cache with the prompt, then feed one token per
+            step; if False, run the whole sequence again at every step.
+
+    Returns:
+        ``(B, N0 + n_new)`` token ids.
+    """
+    if isinstance(n_new, bool) or not isinstance(n_new, int) or n_new < 0:
+        raise ValueError(f"n_new must be a non-negative int, got {n_new!r}")
+    tokens = prompt
+    if not use_cache:
+        for _ in range(n_new):
+            logits = model(tokens)  # (B, N0 + t) -> (B, N0 + t, V): the whole past again
+            tokens = torch.cat([tokens, logits[:, -1:].argmax(-1)], dim=1)
+        return tokens
+    cache = model.new_cache(prompt.shape[0], prompt.shape[1] + n_new)
+    logits = model(prompt, cache)  # prefill: (B, N0) -> (B, N0, V), fills the cache
+    for step in range(n_new):
+        next_token = logits[:, -1:].argmax(-1)  # (B, 1)
+        tokens = torch.cat([tokens, next_token], dim=1)
+        if step + 1 < n_new:
+            logits = model(next_token, cache)  # one token: (B, 1) -> (B, 1, V)
+    return tokens
+# --8<-- [end:generate]

@@ -1,0 +1,189 @@
+"""Positional encodings: the sinusoidal table and a learned table.
+
+Paper: Vaswani, Shazeer, Parmar, Uszkoreit, Jones, Gomez, Kaiser and Polosukhin
+(2017), "Attention Is All You Need", arXiv:1706.03762, section 3.5:
+
+    PE(pos, 2i)     = sin(pos / 10000^(2i / D))
+    PE(pos, 2i + 1) = cos(pos / 10000^(2i / D))
+
+Learned position embeddings (one trained vector per position) are the
+alternative the same section compares against, after Gehring, Auli, Grangier,
+Yarats and Dauphin (2017), "Convolutional Sequence to Sequence Learning",
+arXiv:1705.03122.
+Page: docs/foundations/positional-encoding.md
+Tested against: the formula above written out element by element, the
+rotation that maps PE[pos] to PE[pos + k], and the permutation equivariance of
+attention without positions (tests/test_positional_encoding.py).
+
+The table is computed for the length it is asked for, never stored at a fixed
+maximum length, so a longer input than any seen before still works.
+
+This file needs only torch and the standard library: copy it into a project.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+__all__ = [
+    "sinusoidal_positional_encoding",
+    "offset_rotation",
+    "SinusoidalPositionalEncoding",
+    "LearnedPositionalEncoding",
+]
+
+
+def _check_positive_int(name: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError(f"{name} must be a positive int, got {value!r}")
+
+
+def _check_even_d_model(d_model: object) -> None:
+    _check_positive_int("d_model", d_model)
+    if d_model % 2:
+        raise ValueError(f"d_model must be even (sin and cos pairs), got {d_model}")
+
+
+# --8<-- [start:sinusoidal]
+def sinusoidal_positional_encoding(
+    n_positions: int,
+    d_model: int,
+    *,
+    start: int = 0,
+    base: float = 10000.0,
+    dtype: torch.dtype = torch.float32,
+    device: torch.device | str | None = None,
+) -> torch.Tensor:
+    """The table PE[pos, 2i] = sin(pos * w_i), PE[pos, 2i + 1] = cos(pos * w_i).
+
+    The frequencies are w_i = base^(-2i / D): a geometric progression of
+    wavelengths from 2 pi to base * 2 pi.
+
+    Args:
+        n_positions: N, how many positions (rows).
+        d_model: D, the model width; even.
+        start: the first position (use the cache length when decoding step by step).
+        base: 10000 in the paper.
+        dtype: dtype of the table; it is computed in float64 and then cast.
+        device: where to build it.
+
+    Returns:
+        A ``(N, D)`` tensor for positions ``start .. start + N - 1``.
+    """
+    _check_positive_int("n_positions", n_positions)
+    _check_even_d_model(d_model)
+    if isinstance(start, bool) or not isinstance(start, int) or start < 0:
+        raise ValueError(f"start must be a non-negative int, got {start!r}")
+    # float64: pos * w_i loses the low digits of large positions in float32.
+    pos = torch.arange(start, start + n_positions, dtype=torch.float64, device=device)  # (N,)
+    two_i = torch.arange(0, d_model, 2, dtype=torch.float64, device=device)  # (D/2,)
+    freq = base ** (-two_i / d_model)  # w_i, (D/2,)
+    angle = pos.unsqueeze(-1) * freq  # (N, 1) * (D/2,) -> (N, D/2)
+    pe = torch.stack([angle.sin(), angle.cos()], dim=-1)  # (N, D/2, 2)
+    return pe.flatten(-2).to(dtype)  # (N, D/2, 2) -> (N, D): sin, cos interleaved
+# --8<-- [end:sinusoidal]
+
+
+# --8<-- [start:offset]
+def offset_rotation(k: int, d_model: int, *, base: float = 10000.0, dtype: torch.dtype = torch.float64) -> torch.Tensor:
+    """The matrix R_k with PE[pos + k] = R_k @ PE[pos] for every pos.
+
+    Each (sin, cos) pair turns by the angle k * w_i:
+    sin(a + b) = sin a cos b + cos a sin b and cos(a + b) = cos a cos b - sin a sin b,
+    so R_k is block-diagonal with 2 x 2 blocks [[cos kw, sin kw], [-sin kw, cos kw]].
+    It depends on the offset k only, not on pos.
+
+    Args:
+        k: the offset (any int, negative too).
+        d_model: D, even.
+        base: 10000 in the paper.
+        dtype: dtype of the matrix.
+
+    Returns:
+        A ``(D, D)`` block-diagonal rotation matrix.
+    """
+    if isinstance(k, bool) or not isinstance(k, int):
+        raise ValueError(f"k must be an int offset, got {k!r}")
+    _check_even_d_model(d_model)
+    two_i = torch.arange(0, d_model, 2, dtype=torch.float64)  # (D/2,)
+    theta = k * base ** (-two_i / d_model)  # k * w_i, (D/2,)
+    cos, sin = theta.cos(), theta.sin()
+    blocks = torch.stack([torch.stack([cos, sin], -1), torch.stack([-sin, cos], -1)], -2)  # (D/2, 2, 2)
+    return torch.block_diag(*blocks).to(dtype)  # D/2 blocks of (2, 2) -> (D, D)
+# --8<-- [end:offset]
+
+
+# --8<-- [start:modules]
+class SinusoidalPositionalEncoding(nn.Module):
+    """x + PE[start : start + N], then dropout (the paper uses P_drop = 0.1).
+
+    Args:
+        d_model: D, even.
+        dropout: dropout probability applied to the sum, in training only.
+        base: 10000 in the paper.
+
+    Shape:
+        ``(B, N, D) -> (B, N, D)``.
+    """
+
+    def __init__(self, d_model: int, *, dropout: float = 0.0, base: float = 10000.0) -> None:
+        super().__init__()
+        _check_even_d_model(d_model)
+        if isinstance(dropout, bool) or not (0.0 <= float(dropout) < 1.0):
+            raise ValueError(f"dropout must be a float in [0, 1), got {dropout!r}")
+        self.d_model, self.base, self.dropout = d_model, base, float(dropout)
+
+    def forward(self, x: torch.Tensor, *, start: int = 0) -> torch.Tensor:
+        """Add the encoding of positions ``start .. start + N - 1`` to ``x`` (B, N, D)."""
+        if not isinstance(x, torch.Tensor) or x.dim() != 3 or x.shape[-1] != self.d_model:
+            shape = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+            raise ValueError(f"x must have shape (B, N, D) with D={self.d_model}, got {shape}")
+        b, n, d = x.shape
+        pe = sinusoidal_positional_encoding(n, d, start=start, base=self.base, dtype=x.dtype, device=x.device)  # (N, D)
+        dropout_p = self.dropout if self.training else 0.0
+        return nn.functional.dropout(x + pe, dropout_p)  # (B, N, D) + (N, D) -> (B, N, D)
+
+
+class LearnedPositionalEncoding(nn.Module):
+    """x + E[start : start + N] with E a trained ``(max_len, D)`` table.
+
+    Unlike the sinusoids, a learned table knows nothing past ``max_len``: a
+    longer input is an error, not a silent wrap-around.
+
+    Args:
+        max_len: the number of positions the table holds.
+        d_model: D.
+        dropout: dropout probability applied to the sum, in training only.
+
+    Shape:
+        ``(B, N, D) -> (B, N, D)``.
+    """
+
+    def __init__(self, max_len: int, d_model: int, *, dropout: float = 0.0) -> None:
+        super().__init__()
+        _check_positive_int("max_len", max_len)
+        _check_positive_int("d_model", d_model)
+        if isinstance(dropout, bool) or not (0.0 <= float(dropout) < 1.0):
+            raise ValueError(f"dropout must be a float in [0, 1), got {dropout!r}")
+        self.embedding = nn.Embedding(max_len, d_model)
+        nn.init.normal_(self.embedding.weight, std=0.02)  # small, so words dominate at the start
+        self.max_len, self.d_model, self.dropout = max_len, d_model, float(dropout)
+
+    def forward(self, x: torch.Tensor, *, start: int = 0) -> torch.Tensor:
+        """Add the learned vectors of positions ``start .. start + N - 1`` to ``x`` (B, N, D)."""
+        if not isinstance(x, torch.Tensor) or x.dim() != 3 or x.shape[-1] != self.d_model:
+            shape = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+            raise ValueError(f"x must have shape (B, N, D) with D={self.d_model}, got {shape}")
+        b, n, d = x.shape
+        if isinstance(start, bool) or not isinstance(start, int) or start < 0:
+            raise ValueError(f"start must be a non-negative int, got {start!r}")
+        if start + n > self.max_len:
+            raise ValueError(
+                f"positions {start}..{start + n - 1} do not fit a learned table of "
+                f"max_len={self.max_len}; got N={n} with start={start}"
+            )
+        positions = torch.arange(start, start + n, device=x.device)  # (N,)
+        dropout_p = self.dropout if self.training else 0.0
+        return nn.functional.dropout(x + self.embedding(positions), dropout_p)  # (B, N, D) + (N, D)
+# --8<-- [end:modules]

@@ -1,0 +1,237 @@
+"""Tests for snippets/architecture/block.py.
+
+Oracle: nn.TransformerEncoderLayer(batch_first=True) in eval mode, pre-norm and
+post-norm, GELU and ReLU, with the norms and the MLP copied by
+``TransformerBlock.from_torch`` and the attention by
+``MultiHeadAttention.from_torch``; the pre- and post-norm equations are also
+written out here from the submodules.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.testing import assert_close
+
+from snippets.architecture.block import TransformerBlock
+from snippets.attention.multi_head import MultiHeadAttention
+
+SNIPPET = Path(__file__).resolve().parents[1] / "snippets" / "architecture" / "block.py"
+B, N, D, H, D_FF = 2, 6, 16, 4, 32
+
+
+def torch_layer(norm_first, activation, *, dropout=0.1, seed=0):
+    """A seeded encoder layer with non-trivial norm and bias parameters."""
+    torch.manual_seed(seed)
+    layer = nn.TransformerEncoderLayer(
+        D, H, D_FF, dropout=dropout, activation=activation, batch_first=True,
+        norm_first=norm_first,
+    )
+    with torch.no_grad():
+        for norm in (layer.norm1, layer.norm2):
+            norm.weight.normal_(1.0, 0.2)
+            norm.bias.normal_(0.0, 0.2)
+        layer.self_attn.in_proj_bias.normal_()
+    return layer.eval()
+
+
+def pair(norm_first, activation, **kwargs):
+    layer = torch_layer(norm_first, activation, **kwargs)
+    block = TransformerBlock.from_torch(layer, MultiHeadAttention.from_torch(layer.self_attn))
+    return layer, block
+
+
+CONFIGS = [(True, "gelu"), (True, "relu"), (False, "relu"), (False, "gelu")]
+
+
+@pytest.mark.parametrize("norm_first, activation", CONFIGS)
+def test_matches_encoder_layer_without_mask(norm_first, activation):
+    layer, block = pair(norm_first, activation)
+    assert not block.training and block.norm_first == norm_first
+    x = torch.randn(B, N, D)
+    out = block(x)
+    assert out.shape == (B, N, D)
+    assert_close(out, layer(x))
+
+
+@pytest.mark.parametrize("norm_first, activation", CONFIGS)
+def test_matches_encoder_layer_with_masks(norm_first, activation):
+    layer, block = pair(norm_first, activation)
+    x = torch.randn(B, N, D)
+    may_attend = torch.rand(N, N) > 0.5
+    may_attend[:, 0] = True
+    # nn.TransformerEncoderLayer takes True = blocked.
+    assert_close(block(x, attn_mask=may_attend), layer(x, src_mask=~may_attend))
+
+    key_mask = torch.ones(B, N, dtype=torch.bool)
+    key_mask[1, 4:] = False
+    expected = layer(x, src_key_padding_mask=~key_mask)
+    out = block(x, key_mask=key_mask)
+    assert_close(out[key_mask], expected[key_mask])  # real tokens only
+
+    causal = nn.Transformer.generate_square_subsequent_mask(N)  # float, -inf above
+    assert_close(block(x, is_causal=True), layer(x, src_mask=causal, is_causal=True))
+
+
+@pytest.mark.parametrize("norm_first", [True, False])
+def test_equations_written_out(norm_first):
+    """Pre-norm: x + f(LN(x)); post-norm: LN(x + f(x)), for both sublayers."""
+    _, block = pair(norm_first, "gelu")
+    x = torch.randn(B, N, D)
+
+    def attn(t):
+        return block.attention(t)[0]
+
+    def mlp(t):
+        return block.linear2(F.gelu(block.linear1(t)))
+
+    if norm_first:
+        h = x + attn(block.norm1(x))
+        expected = h + mlp(block.norm2(h))
+    else:
+        h = block.norm1(x + attn(x))
+        expected = block.norm2(h + mlp(h))
+    assert_close(block(x), expected)
+
+
+def test_dropout_only_in_training():
+    _, block = pair(True, "gelu", dropout=0.3)
+    x = torch.randn(B, N, D)
+    assert_close(block(x), block(x))
+    block.train()
+    assert not torch.allclose(block(x), block(x))
+    assert [m.p for m in (block.dropout, block.dropout1, block.dropout2)] == [0.3] * 3
+
+
+class ZeroAttention(nn.Module):
+    """Stands in for attention so that the block's own randomness can be replayed."""
+
+    def forward(self, x, **masks):
+        return torch.zeros_like(x), None
+
+
+@pytest.mark.parametrize("norm_first", [True, False])
+def test_dropout_placement_in_training(norm_first):
+    """Replays, with the same seed, dropout after the attention branch, after the
+    activation, and after the MLP, in that order."""
+    torch.manual_seed(0)
+    block = TransformerBlock(ZeroAttention(), D, D_FF, dropout=0.5, norm_first=norm_first).train()
+    x = torch.randn(B, N, D)
+    torch.manual_seed(1)
+    out = block(x)
+    torch.manual_seed(1)
+    p = 0.5
+
+    def mlp(t):
+        hidden = F.dropout(F.gelu(block.linear1(t)), p)
+        return F.dropout(block.linear2(hidden), p)
+
+    if norm_first:
+        h = x + F.dropout(torch.zeros_like(x), p)
+        expected = h + mlp(block.norm2(h))
+    else:
+        h = block.norm1(x + F.dropout(torch.zeros_like(x), p))
+        expected = block.norm2(h + mlp(h))
+    assert_close(out, expected)
+
+
+@pytest.mark.parametrize("norm_first", [True, False])
+def test_causal_block_ignores_future_tokens(norm_first):
+    _, block = pair(norm_first, "gelu")
+    x = torch.randn(B, N, D)
+    changed = x.clone()
+    changed[:, 4:] = torch.randn(B, N - 4, D)
+    assert_close(block(changed, is_causal=True)[:, :4], block(x, is_causal=True)[:, :4])
+
+
+@pytest.mark.parametrize("norm_first", [True, False])
+def test_gradcheck_float64(norm_first):
+    torch.manual_seed(0)
+    block = TransformerBlock(
+        MultiHeadAttention(4, 2), 4, 8, dropout=0.0, norm_first=norm_first
+    ).double()
+    x = torch.randn(1, 3, 4, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda t: block(t, is_causal=True), (x,))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_finite_with_large_inputs(dtype):
+    _, block = pair(True, "gelu")
+    block = block.to(dtype)
+    x = (torch.randn(B, N, D) * 100).to(dtype)
+    out = block(x, is_causal=True)
+    assert out.dtype == dtype and torch.isfinite(out).all()
+
+
+def test_from_torch_keeps_dtype_and_bias_flag():
+    torch.manual_seed(0)
+    layer = nn.TransformerEncoderLayer(D, H, D_FF, batch_first=True, bias=False).double().eval()
+    block = TransformerBlock.from_torch(layer, MultiHeadAttention.from_torch(layer.self_attn))
+    assert block.linear1.bias is None and block.norm1.bias is None
+    assert block.linear1.weight.dtype == torch.float64
+    assert block.activation_name == "relu"  # the layer's default
+    x = torch.randn(B, N, D, dtype=torch.float64)
+    assert_close(block(x), layer(x))
+
+
+@pytest.mark.parametrize(
+    "args, kwargs, error, match",
+    [
+        ((nn.Linear(4, 4).weight, 4, 8), {}, TypeError, r"attention must be an nn.Module, got Parameter"),
+        ((nn.Identity(), 0, 8), {}, ValueError, r"d_model must be a positive int, got 0"),
+        ((nn.Identity(), 4, 2.5), {}, ValueError, r"d_ff must be a positive int, got 2.5"),
+        ((nn.Identity(), 4, 8), dict(dropout=-0.1), ValueError, r"dropout must be a float in \[0, 1\), got -0.1"),
+        ((nn.Identity(), 4, 8), dict(activation="swish"), ValueError, r"activation must be one of \['gelu', 'relu'\], got 'swish'"),
+    ],
+)
+def test_constructor_errors(args, kwargs, error, match):
+    with pytest.raises(error, match=match):
+        TransformerBlock(*args, **kwargs)
+
+
+def test_forward_and_from_torch_errors():
+    block = TransformerBlock(MultiHeadAttention(4, 2), 4, 8)
+    with pytest.raises(ValueError, match=r"x must have shape \(B, N, D\) with D = 4, got \(3, 4\)"):
+        block(torch.randn(3, 4))
+    with pytest.raises(ValueError, match=r"x must have shape \(B, N, D\) with D = 4, got \(1, 3, 5\)"):
+        block(torch.randn(1, 3, 5))
+    with pytest.raises(TypeError, match=r"layer must be an nn.TransformerEncoderLayer, got Linear"):
+        TransformerBlock.from_torch(nn.Linear(4, 4), nn.Identity())
+    layer = nn.TransformerEncoderLayer(4, 2, 8, activation=nn.GELU(approximate="tanh"))
+    with pytest.raises(ValueError, match=r"layer.activation must be ReLU or exact GELU, got GELU"):
+        TransformerBlock.from_torch(layer, nn.Identity())
+
+
+
+
+# ----------------------------------------------------------------------------
+# The page's exercises
+# ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("d_model", [8, 512])
+def test_exercise_parameter_count(d_model):
+    block = TransformerBlock(MultiHeadAttention(d_model, 4), d_model, 4 * d_model)
+    assert sum(p.numel() for p in block.parameters()) == 12 * d_model**2 + 13 * d_model
+    if d_model == 512:
+        assert 12 * d_model**2 + 13 * d_model == 3_152_384
+
+
+@pytest.mark.parametrize("norm_first", [True, False])
+def test_exercise_zero_branches(norm_first):
+    torch.manual_seed(0)
+    block = TransformerBlock(MultiHeadAttention(D, H), D, D_FF, norm_first=norm_first).eval()
+    with torch.no_grad():
+        for linear in (block.attention.out_proj, block.linear2):
+            linear.weight.zero_()
+            linear.bias.zero_()
+        for norm in (block.norm1, block.norm2):  # non-trivial affine maps
+            norm.weight.normal_()
+            norm.bias.normal_()
+    x = torch.randn(B, N, D)
+    expected = x if norm_first else block.norm2(block.norm1(x))
+    assert_close(block(x), expected)

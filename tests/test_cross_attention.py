@@ -1,0 +1,184 @@
+"""Tests for snippets/attention/cross_attention.py.
+
+Oracle: F.scaled_dot_product_attention on the module's own projections
+(queries from x, keys and values from the context) and the equation written
+out. Properties: different lengths and widths; padded context tokens never
+change real outputs; dropout only in training; the fast path agrees; finite
+outputs in low precision; gradcheck in float64; every error message matched.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.testing import assert_close
+
+from snippets.attention.cross_attention import CrossAttention
+
+
+def _t(*shape, dtype=torch.float32, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, generator=g, dtype=dtype)
+
+
+def _model(*args, **kwargs):
+    torch.manual_seed(0)
+    return CrossAttention(*args, **kwargs).eval()
+
+
+def _oracle(m, x, context, attn_mask=None):
+    q = F.linear(x, m.q_proj.weight, m.q_proj.bias)
+    k = F.linear(context, m.k_proj.weight, m.k_proj.bias)
+    v = F.linear(context, m.v_proj.weight, m.v_proj.bias)
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask)
+    return m.out_proj(out), torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), -1)
+
+
+@pytest.mark.parametrize("d_k,d_v", [(None, None), (4, 6)])
+def test_matches_sdpa_different_lengths_and_widths(d_k, d_v):
+    m = _model(8, 5, d_k, d_v)  # queries 8 wide, context 5 wide
+    x, context = _t(2, 3, 8), _t(2, 7, 5, seed=1)  # N = 3, M = 7
+    out, weights = m(x, context)
+    want, want_w = _oracle(m, x, context)
+    assert out.shape == (2, 3, 8) and weights.shape == (2, 3, 7)
+    assert_close(out, want)
+    assert_close(weights, want_w)
+    assert_close(weights.sum(-1), torch.ones(2, 3))
+    fast, none = m(x, context, need_weights=False)
+    assert none is None
+    assert_close(fast, out)
+
+
+def test_queries_do_not_see_each_other():
+    # Changing one query token changes only its own output row.
+    m = _model(8, 5)
+    x, context = _t(1, 4, 8), _t(1, 6, 5, seed=1)
+    out, _ = m(x, context)
+    changed = x.clone()
+    changed[:, 2] += 3.0
+    out2, _ = m(changed, context)
+    keep = [0, 1, 3]
+    assert_close(out2[:, keep], out[:, keep])
+    assert not torch.allclose(out2[:, 2], out[:, 2])
+
+
+@pytest.mark.parametrize("need_weights", [True, False])
+def test_padded_keys_never_change_real_outputs(need_weights):
+    m = _model(8, 5)
+    x, context = _t(2, 3, 8), _t(2, 6, 5, seed=1)
+    key_mask = torch.tensor([[True] * 6, [True] * 2 + [False] * 4])
+    out, weights = m(x, context, key_mask=key_mask, need_weights=need_weights)
+    noisy = context.clone()
+    noisy[1, 2:] = _t(4, 5, seed=2) * 50
+    out2, _ = m(x, noisy, key_mask=key_mask, need_weights=need_weights)
+    assert_close(out2, out)
+    # The same as if the padding had never been there.
+    assert_close(out[1:], m(x[1:], context[1:, :2])[0])
+    if need_weights:
+        assert (weights[1, :, 2:] == 0).all()
+
+
+def test_all_padding_gives_zero_attention():
+    m = _model(8, 5, project_out=False)
+    x, context = _t(2, 3, 8), _t(2, 4, 5, seed=1)
+    key_mask = torch.tensor([[True] * 4, [False] * 4])
+    for need_weights in (True, False):
+        out, _ = m(x, context, key_mask=key_mask, need_weights=need_weights)
+        assert torch.isfinite(out).all()
+        assert_close(out[1], torch.zeros(3, 8))
+
+
+def test_dropout_only_in_training():
+    torch.manual_seed(0)
+    m = CrossAttention(8, 5, dropout=0.5)
+    x, context = _t(2, 3, 8), _t(2, 4, 5, seed=1)
+    m.eval()
+    a, _ = m(x, context)
+    assert_close(a, m(x, context)[0])
+    assert_close(a, m(x, context, need_weights=False)[0])
+    m.train()
+    torch.manual_seed(1)
+    assert not torch.allclose(m(x, context)[0], a)
+    torch.manual_seed(1)
+    assert not torch.allclose(m(x, context, need_weights=False)[0], a)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_finite_for_large_inputs(dtype):
+    m = _model(16, 12, 8, 8).to(dtype)
+    x, context = (_t(2, 3, 16) * 200).to(dtype), (_t(2, 5, 12, seed=1) * 200).to(dtype)
+    for need_weights in (True, False):
+        out, _ = m(x, context, need_weights=need_weights)
+        assert out.dtype == dtype and torch.isfinite(out).all()
+
+
+def test_gradcheck_float64():
+    m = _model(4, 3, 2, 2).double()
+    x = _t(1, 2, 4, dtype=torch.float64).requires_grad_()
+    context = _t(1, 3, 3, dtype=torch.float64, seed=1).requires_grad_()
+    assert torch.autograd.gradcheck(lambda a, c: m(a, c)[0], (x, context))
+
+
+def test_errors():
+    m = _model(8, 5)
+    x, context = _t(2, 3, 8), _t(2, 4, 5, seed=1)
+    with pytest.raises(ValueError, match=r"d_context must be a positive int, got 0"):
+        CrossAttention(8, 0)
+    with pytest.raises(ValueError, match=r"dropout must be a float in \[0, 1\), got -0.1"):
+        CrossAttention(8, dropout=-0.1)
+    with pytest.raises(ValueError, match=r"x and context must have the same batch size B, got x \(2, 3, 8\) and context \(3, 4, 5\)"):
+        m(x, _t(3, 4, 5))
+    with pytest.raises(ValueError, match=r"context must have last dimension 5, got shape \(2, 4, 8\)"):
+        m(x, _t(2, 4, 8))
+    with pytest.raises(ValueError, match=r"x must have last dimension 8, got shape \(2, 3, 5\)"):
+        m(_t(2, 3, 5), context)
+    with pytest.raises(ValueError, match=r"context must have shape \(B, L, 5\) \(batch first\), got shape \(4, 5\)"):
+        m(x, _t(4, 5))
+    with pytest.raises(TypeError, match=r"context must be a torch.Tensor, got list"):
+        m(x, [[0.0]])
+    with pytest.raises(TypeError, match=r"x and context must share one dtype, got torch.float32 and torch.float64"):
+        m(x, context.double())
+    with pytest.raises(TypeError, match=r"key_mask must have dtype torch.bool, got torch.float32"):
+        m(x, context, key_mask=torch.ones(2, 4))
+    with pytest.raises(TypeError, match=r"key_mask must be torch.bool \(True = may attend\) or torch.float32 \(added to the scores\), got torch.int32"):
+        m(x, context, key_mask=torch.ones(2, 4, dtype=torch.int32))
+    with pytest.raises(ValueError, match=r"key_mask must broadcast to \(2, 4\), got shape \(2, 3\)"):
+        m(x, context, key_mask=torch.ones(2, 3, dtype=torch.bool))
+
+
+def test_exercise_context_equal_to_x_is_self_attention():
+    from snippets.attention.self_attention import SelfAttention
+
+    m = _model(8, None, 4, 6)
+    own = SelfAttention(8, 4, 6)
+    own.load_state_dict(m.state_dict())
+    x = _t(2, 5, 8)
+    assert_close(m(x, x)[0], own(x)[0])
+    assert_close(m(x, x)[1], own(x)[1])
+
+
+def test_matches_single_head_multihead_attention_with_kdim():
+    # The page's nn.MultiheadAttention tab: one head, kdim = vdim = d_context,
+    # and key_padding_mask = ~key_mask.
+    torch.manual_seed(0)
+    mha = torch.nn.MultiheadAttention(8, 1, kdim=5, vdim=5, batch_first=True).eval()
+    m = _model(8, 5)
+    with torch.no_grad():
+        bias_q, bias_k, bias_v = mha.in_proj_bias.chunk(3)
+        for proj, weight, bias in (
+            (m.q_proj, mha.q_proj_weight, bias_q),
+            (m.k_proj, mha.k_proj_weight, bias_k),
+            (m.v_proj, mha.v_proj_weight, bias_v),
+        ):
+            proj.weight.copy_(weight)
+            proj.bias.copy_(bias)
+        m.out_proj.load_state_dict(mha.out_proj.state_dict())
+        x, context = _t(2, 3, 8), _t(2, 6, 5, seed=1)
+        key_mask = torch.tensor([[True] * 6, [True] * 4 + [False] * 2])
+        want, want_w = mha(x, context, context, key_padding_mask=~key_mask)
+        out, weights = m(x, context, key_mask=key_mask)
+    assert_close(out, want)
+    assert_close(weights, want_w)

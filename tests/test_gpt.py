@@ -1,0 +1,217 @@
+"""Tests for snippets/history/gpt.py.
+
+Oracles written out here: the forward pass (embeddings, causal blocks, optional
+final norm, logits against the tied token matrix), the shifted next-token
+cross-entropy, greedy decoding as an argmax loop. The causal blocks themselves
+run on F.scaled_dot_product_attention through the guide's MultiHeadAttention.
+Properties: logits never depend on later tokens, sampling is reproducible with
+a generator, generation past the context window keeps the last max_len tokens.
+Every validation message is hit.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.testing import assert_close
+
+from snippets.architecture.block import TransformerBlock
+from snippets.attention.multi_head import MultiHeadAttention
+from snippets.history.gpt import GPT, GPTConfig, generate, next_token_loss, reversal_task
+
+SNIPPET = Path(__file__).resolve().parents[1] / "snippets" / "history" / "gpt.py"
+
+
+def make_block(c: GPTConfig) -> TransformerBlock:
+    attention = MultiHeadAttention(c.d_model, c.n_heads, dropout=c.dropout)
+    return TransformerBlock(attention, c.d_model, c.d_ff, dropout=c.dropout, activation="gelu",
+                            norm_first=c.norm_first, layer_norm_eps=c.layer_norm_eps)
+
+
+def config(norm_first=False, **kw):
+    base = dict(vocab_size=13, d_model=16, n_layers=2, n_heads=4, d_ff=32, max_len=10, dropout=0.0,
+                norm_first=norm_first)
+    base.update(kw)
+    return GPTConfig(**base)
+
+
+def model(norm_first=False, seed=0, **kw) -> GPT:
+    torch.manual_seed(seed)
+    m = GPT(config(norm_first, **kw), make_block)
+    with torch.no_grad():
+        for name, p in m.named_parameters():
+            if "norm" in name or name.endswith("bias"):
+                p.normal_(mean=1.0 if name.endswith("weight") else 0.0, std=0.2)
+    return m.eval()
+
+
+def ids(seed=0, n=7):
+    return torch.randint(13, (3, n), generator=torch.Generator().manual_seed(seed))
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_forward_written_out(norm_first):
+    m = model(norm_first)
+    x_ids = ids()
+    x = m.token.weight[x_ids] + m.position.weight[: x_ids.shape[1]]
+    for layer in m.layers:
+        x = layer(x, is_causal=True)
+    if norm_first:
+        x = F.layer_norm(x, (16,), m.norm.weight, m.norm.bias)
+    assert (m.norm is not None) == norm_first  # GPT-2's final LayerNorm only with pre-norm
+    assert m.lm_head.weight is m.token.weight
+    assert_close(m(x_ids), x @ m.token.weight.T)
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_logits_never_depend_on_later_tokens(norm_first):
+    m = model(norm_first)
+    a = ids(0)
+    b = a.clone()
+    b[:, 4:] = (b[:, 4:] + 1) % 13
+    la, lb = m(a), m(b)
+    assert_close(la[:, :4], lb[:, :4])
+    assert not torch.allclose(la[:, 4:], lb[:, 4:])
+
+
+def test_next_token_loss_is_the_shifted_cross_entropy():
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(2, 5, 13, generator=g)
+    x = torch.randint(13, (2, 5), generator=g)
+    by_hand = torch.stack([
+        -torch.log_softmax(logits[b, i], -1)[x[b, i + 1]] for b in range(2) for i in range(4)
+    ]).mean()
+    assert_close(next_token_loss(logits, x), by_hand)
+    other = logits.clone()
+    other[:, -1] = 50 * torch.randn(2, 13, generator=g)  # the last position predicts nothing
+    assert_close(next_token_loss(other, x), by_hand)
+
+
+def test_greedy_generation_is_an_argmax_loop():
+    m = model()
+    prompt = ids(1, n=3)
+    out = generate(m, prompt, 4)
+    x = prompt
+    for _ in range(4):
+        x = torch.cat([x, m(x)[:, -1].argmax(-1, keepdim=True)], dim=1)
+    assert torch.equal(out, x)
+    assert torch.equal(out[:, :3], prompt)
+
+
+def test_sampling_is_reproducible_and_cold_sampling_is_greedy():
+    m = model()
+    prompt = ids(2, n=3)
+    a = generate(m, prompt, 5, temperature=1.0, generator=torch.Generator().manual_seed(0))
+    b = generate(m, prompt, 5, temperature=1.0, generator=torch.Generator().manual_seed(0))
+    assert torch.equal(a, b)
+    cold = generate(m, prompt, 5, temperature=1e-4, generator=torch.Generator().manual_seed(1))
+    assert torch.equal(cold, generate(m, prompt, 5))
+    hot = [generate(m, prompt, 5, temperature=5.0, generator=torch.Generator().manual_seed(s)) for s in range(4)]
+    assert any(not torch.equal(h, hot[0]) for h in hot[1:])
+
+
+def test_generation_past_the_window_reads_the_last_max_len_tokens():
+    m = model()
+    prompt = ids(3, n=8)
+    out = generate(m, prompt, 6)  # 14 tokens > max_len = 10
+    assert out.shape == (3, 14)
+    seen = []
+    m.register_forward_pre_hook(lambda module, args: seen.append(args[0].clone()))
+    out = generate(m, prompt, 6, temperature=1.0, generator=torch.Generator().manual_seed(0))
+    for step, t in enumerate(range(8, 14)):  # token t is chosen from the (at most) 10 before it
+        assert torch.equal(seen[step], out[:, max(0, t - 10):t]), t
+
+
+def test_generate_restores_training_mode_and_turns_dropout_off():
+    torch.manual_seed(0)
+    m = GPT(config(dropout=0.5), make_block).train()
+    prompt = ids(4, n=3)
+    assert torch.equal(generate(m, prompt, 4), generate(m, prompt, 4))
+    assert m.training
+
+
+def test_dropout_only_in_training():
+    torch.manual_seed(0)
+    m = GPT(config(dropout=0.3), make_block)
+    x = ids()
+    m.eval()
+    assert_close(m(x), m(x))
+    m.train()
+    assert not torch.allclose(m(x), m(x))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_finite_with_large_embeddings(dtype):
+    m = model(norm_first=True).to(dtype)
+    with torch.no_grad():
+        m.token.weight.mul_(1e3)
+    assert torch.isfinite(m(ids())).all()
+
+
+def test_gradcheck_float64():
+    m = model(n_layers=1).double()
+    x = ids(n=4)
+    emb = (m.token.weight[x] + m.position.weight[:4]).detach().requires_grad_(True)
+    assert torch.autograd.gradcheck(lambda e: m.layers[0](e, is_causal=True), (emb,), fast_mode=True)
+
+
+def test_reversal_task():
+    x = reversal_task(5, 4, 10, generator=torch.Generator().manual_seed(0))
+    assert x.shape == (5, 9) and (x[:, 4] == 10).all()
+    assert torch.equal(x[:, 5:], x[:, :4].flip(1))
+
+
+def test_exercise_gpt1_parameters():
+    with torch.device("meta"):
+        gpt1 = GPT(GPTConfig(), make_block)
+    assert sum(p.numel() for p in gpt1.parameters()) == 116_534_784
+
+
+def test_exercise_loss_floor():
+    import math
+
+    length = 6
+    x = reversal_task(4, length, 10, generator=torch.Generator().manual_seed(0))
+    logits = torch.zeros(4, 2 * length + 1, 11)  # uniform over digits where nothing is known
+    logits[:, :, 10] = -math.inf  # "=" never appears among the random digits
+    for i in range(length - 1, 2 * length):  # "=" and the answer: certain
+        logits[torch.arange(4), i] = -math.inf
+        logits[torch.arange(4), i, x[:, i + 1]] = 0.0
+    assert_close(next_token_loss(logits, x).item(), (length - 1) / (2 * length) * math.log(10))
+
+
+@pytest.mark.parametrize(
+    "make, error, match",
+    [
+        (lambda: GPTConfig(n_layers=0), ValueError, "n_layers must be a positive int, got 0"),
+        (lambda: GPTConfig(d_model=10, n_heads=3), ValueError, "d_model must be divisible by n_heads, got d_model=10 and n_heads=3"),
+        (lambda: GPT("c", make_block), TypeError, "config must be a GPTConfig, got str"),
+        (lambda: GPT(config(), None), TypeError, "make_block must be callable, got NoneType"),
+    ],
+)
+def test_constructor_errors(make, error, match):
+    with pytest.raises(error, match=match):
+        make()
+
+
+def test_forward_and_generate_errors():
+    m = model()
+    with pytest.raises(TypeError, match="input_ids must be an int64 or int32 tensor of token ids, got torch.float32"):
+        m(torch.zeros(1, 3))
+    with pytest.raises(ValueError, match=r"input_ids must have shape \(B, N\), got \(3,\)"):
+        m(torch.zeros(3, dtype=torch.long))
+    with pytest.raises(ValueError, match="input_ids must have length N <= max_len = 10, got N = 11"):
+        m(torch.zeros(1, 11, dtype=torch.long))
+    with pytest.raises(ValueError, match=r"logits must be \(B, N, V\) and input_ids \(B, N\) with N >= 2, got logits \(1, 1, 13\)"):
+        next_token_loss(torch.zeros(1, 1, 13), torch.zeros(1, 1, dtype=torch.long))
+    with pytest.raises(ValueError, match=r"prompt must be a \(B, N0\) tensor of ids with N0 >= 1, got \(2, 0\)"):
+        generate(m, torch.zeros(2, 0, dtype=torch.long), 3)
+    with pytest.raises(ValueError, match="max_new_tokens must be a non-negative int, got -1"):
+        generate(m, ids(), -1)
+    with pytest.raises(ValueError, match="temperature must be a float >= 0, got -0.5"):
+        generate(m, ids(), 2, temperature=-0.5)
+
+

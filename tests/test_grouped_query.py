@@ -1,0 +1,262 @@
+"""Proof for snippets/attention/grouped_query.py.
+
+Proves: GroupedQueryAttention equals (a) ordinary multi-head attention on key
+/value heads repeated with repeat_interleave, written out in this file, and (b)
+F.scaled_dot_product_attention(..., enable_gqa=True); its explicit grouped path
+equals its SDPA path under bool/float/key/causal masks, N != M; with H_kv = H
+and weights copied it equals nn.MultiheadAttention; from_torch mean-pools the
+key/value heads of each group (the GQA paper's conversion, written out here);
+weights rows sum to 1, padded keys and future tokens change nothing; finite in
+float32/bfloat16/float16; gradcheck in float64; the cache saving is H / H_kv;
+the helper sections copied from multi_head.py are identical; every error message
+is raised; the file runs alone from an empty folder.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from snippets.attention.grouped_query import GroupedQueryAttention, repeat_kv
+
+ROOT = Path(__file__).resolve().parents[1]
+SNIPPET = ROOT / "snippets" / "attention" / "grouped_query.py"
+
+
+def heads(x: torch.Tensor, h: int) -> torch.Tensor:
+    b, n, _ = x.shape
+    return x.view(b, n, h, -1).transpose(1, 2)
+
+
+def reference(m: GroupedQueryAttention, x: torch.Tensor, mask=None) -> torch.Tensor:
+    """Multi-head attention after copying each key/value head G times."""
+    q = heads(m.q_proj(x), m.n_heads)
+    k = heads(m.k_proj(x), m.n_kv_heads).repeat_interleave(m.n_heads // m.n_kv_heads, dim=1)
+    v = heads(m.v_proj(x), m.n_kv_heads).repeat_interleave(m.n_heads // m.n_kv_heads, dim=1)
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    out = torch.softmax(scores, dim=-1) @ v
+    b, _, n, _ = out.shape
+    return m.out_proj(out.transpose(1, 2).reshape(b, n, -1))
+
+
+@pytest.mark.parametrize("n_kv_heads", [1, 2, 4, 8])
+@pytest.mark.parametrize("need_weights", [False, True])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_equals_repeated_heads(n_kv_heads, need_weights, dtype):
+    torch.manual_seed(0)
+    m = GroupedQueryAttention(32, 8, n_kv_heads).to(dtype)
+    x = torch.randn(2, 7, 32, dtype=dtype)
+    mask = torch.ones(7, 7, dtype=torch.bool).tril()
+    out, _ = m(x, is_causal=True, need_weights=need_weights)
+    torch.testing.assert_close(out, reference(m, x, mask))
+
+
+def test_equals_sdpa_enable_gqa():
+    torch.manual_seed(0)
+    m = GroupedQueryAttention(24, 6, 2)
+    x = torch.randn(2, 5, 24)
+    q, k, v = heads(m.q_proj(x), 6), heads(m.k_proj(x), 2), heads(m.v_proj(x), 2)
+    expected = F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+    expected = m.out_proj(expected.transpose(1, 2).reshape(2, 5, 24))
+    out_explicit, _ = m(x, need_weights=True)
+    torch.testing.assert_close(out_explicit, expected)
+    torch.testing.assert_close(m(x)[0], expected)
+
+
+def test_repeat_kv_order():
+    x = torch.arange(2.0).view(1, 2, 1, 1)  # two key/value heads holding 0 and 1
+    assert repeat_kv(x, 3).flatten().tolist() == [0, 0, 0, 1, 1, 1]
+
+
+def test_paths_agree_under_masks():
+    torch.manual_seed(0)
+    m = GroupedQueryAttention(16, 4, 2)
+    query, key = torch.randn(2, 3, 16), torch.randn(2, 6, 16)
+    key_mask = torch.tensor([[True] * 6, [True] * 4 + [False] * 2])
+    bool_mask = torch.rand(2, 4, 3, 6) > 0.3
+    float_mask = torch.randn(3, 6)
+    for kwargs in (
+        {"attn_mask": bool_mask, "key_mask": key_mask},
+        {"attn_mask": float_mask, "is_causal": True},
+        {"key_mask": key_mask, "is_causal": True},
+    ):
+        fast, _ = m(query, key, **kwargs)
+        slow, weights = m(query, key, need_weights=True, **kwargs)
+        torch.testing.assert_close(fast, slow)
+        row_sums = weights.sum(-1)
+        torch.testing.assert_close(row_sums, torch.where(row_sums == 0, 0.0, 1.0))
+
+
+def test_fully_masked_query_returns_bias_only():
+    torch.manual_seed(0)
+    m = GroupedQueryAttention(8, 4, 2)
+    x = torch.randn(1, 3, 8)
+    mask = torch.ones(3, 3, dtype=torch.bool)
+    mask[1] = False
+    for need_weights in (False, True):
+        out, _ = m(x, attn_mask=mask, need_weights=need_weights)
+        # attention output zero -> only the out_proj bias remains
+        torch.testing.assert_close(out[0, 1], m.out_proj.bias)
+
+
+def test_matches_nn_multihead_attention():
+    torch.manual_seed(0)
+    mha = nn.MultiheadAttention(16, 4, batch_first=True).eval()
+    with torch.no_grad():
+        mha.in_proj_bias.normal_()
+        mha.out_proj.bias.normal_()
+    m = GroupedQueryAttention.from_torch(mha, n_kv_heads=4)
+    x = torch.randn(2, 5, 16)
+    key_mask = torch.tensor([[True] * 5, [True] * 3 + [False] * 2])
+    expected, expected_w = mha(x, x, x, key_padding_mask=~key_mask, average_attn_weights=False)
+    out, w = m(x, key_mask=key_mask, need_weights=True)
+    torch.testing.assert_close(out, expected)
+    torch.testing.assert_close(w, expected_w)
+    torch.testing.assert_close(m(x, key_mask=key_mask)[0], expected)
+
+
+def test_from_torch_mean_pools_groups():
+    torch.manual_seed(0)
+    mha = nn.MultiheadAttention(16, 4, batch_first=True)
+    with torch.no_grad():
+        mha.in_proj_bias.normal_()
+    m = GroupedQueryAttention.from_torch(mha, n_kv_heads=2)
+    d = 4
+    w_k = mha.in_proj_weight[16:32]
+    b_v = mha.in_proj_bias[32:48]
+    for kv in range(2):  # group kv holds query heads 2 kv and 2 kv + 1
+        h0, h1 = 2 * kv, 2 * kv + 1
+        pooled = (w_k[h0 * d:(h0 + 1) * d] + w_k[h1 * d:(h1 + 1) * d]) / 2
+        torch.testing.assert_close(m.k_proj.weight[kv * d:(kv + 1) * d], pooled)
+        pooled_b = (b_v[h0 * d:(h0 + 1) * d] + b_v[h1 * d:(h1 + 1) * d]) / 2
+        torch.testing.assert_close(m.v_proj.bias[kv * d:(kv + 1) * d], pooled_b)
+    torch.testing.assert_close(m.q_proj.weight, mha.in_proj_weight[:16])
+
+
+def test_multi_query_has_one_kv_head_and_cache_saving():
+    m = GroupedQueryAttention(64, 8, 1)
+    assert m.k_proj.out_features == m.v_proj.out_features == 8
+    x = torch.randn(1, 4, 64)
+    k = heads(m.k_proj(x), m.n_kv_heads)
+    full = GroupedQueryAttention(64, 8, 8)
+    assert heads(full.k_proj(x), 8).numel() == 8 * k.numel()
+
+
+def test_padded_keys_and_future_tokens_change_nothing():
+    torch.manual_seed(0)
+    m = GroupedQueryAttention(16, 4, 2)
+    x = torch.randn(1, 6, 16)
+    key_mask = torch.tensor([[True] * 4 + [False] * 2])
+    out, _ = m(x, key_mask=key_mask)
+    x2 = x.clone()
+    x2[:, 4:] = torch.randn(1, 2, 16) * 10
+    out2, _ = m(x2, key_mask=key_mask)
+    torch.testing.assert_close(out[:, :4], out2[:, :4])
+    out_c, _ = m(x, is_causal=True)
+    out_c2, _ = m(x2, is_causal=True)
+    torch.testing.assert_close(out_c[:, :4], out_c2[:, :4])
+    assert not torch.allclose(out_c[:, 4:], out_c2[:, 4:])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("need_weights", [False, True])
+def test_large_inputs_finite(dtype, need_weights):
+    torch.manual_seed(0)
+    m = GroupedQueryAttention(16, 4, 2).to(dtype)
+    x = (torch.randn(1, 5, 16) * 100).to(dtype)
+    out, _ = m(x, is_causal=True, need_weights=need_weights)
+    assert out.dtype == dtype and torch.isfinite(out).all()
+
+
+def test_gradcheck_float64():
+    torch.manual_seed(0)
+    m = GroupedQueryAttention(8, 4, 2).double()
+    x = torch.randn(1, 4, 8, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda x: m(x, is_causal=True, need_weights=True)[0], (x,))
+
+
+def test_dropout_only_in_training():
+    torch.manual_seed(0)
+    m = GroupedQueryAttention(8, 4, 2, dropout=0.5)
+    x = torch.randn(1, 6, 8)
+    m.eval()
+    torch.testing.assert_close(m(x)[0], m(x)[0])
+    m.train()
+    assert not torch.allclose(m(x, need_weights=True)[0], m(x, need_weights=True)[0])
+
+
+def _section(text: str, name: str) -> str:
+    return re.search(rf"# --8<-- \[start:{name}\](.*?)# --8<-- \[end:{name}\]", text, re.S).group(1)
+
+
+@pytest.mark.parametrize("name", ["validate", "mask"])
+def test_helper_copies_identical(name):
+    mine = SNIPPET.read_text()
+    theirs = (ROOT / "snippets" / "attention" / "multi_head.py").read_text()
+    assert _section(mine, name) == _section(theirs, name)
+
+
+
+
+@pytest.mark.parametrize(
+    "args, kwargs, match",
+    [
+        ((16, 4, 3), {}, r"n_kv_heads must divide n_heads, got n_heads=4 and n_kv_heads=3"),
+        ((16, 3, 1), {}, r"d_model must be divisible by n_heads, got d_model=16 and n_heads=3"),
+        ((16, 4, 0), {}, r"n_kv_heads must be a positive int, got 0"),
+        ((True, 4, 2), {}, r"d_model must be a positive int, got True"),
+        ((16, 4, 2), {"dropout": 1.0}, r"dropout must be a float in \[0, 1\), got 1.0"),
+    ],
+)
+def test_init_errors(args, kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        GroupedQueryAttention(*args, **kwargs)
+
+
+def test_forward_errors():
+    m = GroupedQueryAttention(16, 4, 2)
+    x = torch.randn(2, 3, 16)
+    cases = [
+        (([1.0],), {}, TypeError, r"query must be a torch.Tensor, got list"),
+        ((x.long(),), {}, TypeError, r"query must have a floating dtype, got torch.int64"),
+        ((x[0],), {}, ValueError, r"query must have 3 dimensions \(B, length, D\), got shape \(3, 16\)"),
+        ((torch.randn(2, 3, 8),), {}, ValueError, r"query must have last dimension D = 16, got shape \(2, 3, 8\)"),
+        ((x, torch.randn(1, 3, 16)), {}, ValueError, r"key and value must have shape \(B, M, D\) with the query's B"),
+        ((x,), {"attn_mask": [[True]]}, TypeError, r"attn_mask must be a torch.Tensor or None, got list"),
+        ((x,), {"attn_mask": torch.ones(3, 3, dtype=torch.long)}, TypeError,
+         r"attn_mask must be torch.bool \(True = may attend\) or torch.float32 \(added to the scores\), got torch.int64"),
+        ((x,), {"attn_mask": torch.ones(3, 4, dtype=torch.bool)}, ValueError,
+         r"attn_mask must broadcast to \(B, H, N, M\) = \(2, 4, 3, 3\), got shape \(3, 4\)"),
+        ((x,), {"key_mask": torch.ones(2, 3)}, TypeError,
+         r"key_mask must be a torch.bool tensor \(True = real key\), got torch.float32"),
+        ((x,), {"key_mask": torch.ones(2, 4, dtype=torch.bool)}, ValueError,
+         r"key_mask must have shape \(B, M\) = \(2, 3\), got shape \(2, 4\)"),
+    ]
+    for args, kwargs, exc, match in cases:
+        with pytest.raises(exc, match=match):
+            m(*args, **kwargs)
+
+
+def test_helper_errors():
+    with pytest.raises(ValueError, match=r"n_rep must be a positive int, got 0"):
+        repeat_kv(torch.randn(1, 2, 3, 4), 0)
+    with pytest.raises(TypeError, match=r"mha must be an nn.MultiheadAttention, got Linear"):
+        GroupedQueryAttention.from_torch(nn.Linear(2, 2), 1)
+    with pytest.raises(ValueError, match=r"mha must have kdim = vdim = embed_dim .* kdim=8"):
+        GroupedQueryAttention.from_torch(nn.MultiheadAttention(16, 4, kdim=8, vdim=8), 2)
+
+
+@pytest.mark.parametrize("n_kv_heads, expected", [(32, 33_562_624), (8, 8_390_656), (1, 1_048_832)])
+def test_exercise_kv_parameters(n_kv_heads, expected):
+    with torch.device("meta"):  # count parameters without allocating 4096-wide matrices
+        m = GroupedQueryAttention(4096, 32, n_kv_heads)
+    count = sum(p.numel() for p in (*m.k_proj.parameters(), *m.v_proj.parameters()))
+    assert count == expected

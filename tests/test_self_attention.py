@@ -1,0 +1,140 @@
+"""Tests for snippets/attention/self_attention.py.
+
+Oracle: F.scaled_dot_product_attention applied to the module's own projections
+(computed here with F.linear), and the weights written out as
+softmax(q k^T / sqrt(d_k)). Properties: rows sum to 1, masks honoured, finite
+outputs in low precision, gradcheck in float64; every error message matched.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.testing import assert_close
+
+from snippets.attention.self_attention import SelfAttention
+
+
+def _x(b=2, n=5, d=8, dtype=torch.float32, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(b, n, d, generator=g, dtype=dtype)
+
+
+def _oracle(m: SelfAttention, x, attn_mask=None):
+    q = F.linear(x, m.q_proj.weight, m.q_proj.bias)
+    k = F.linear(x, m.k_proj.weight, m.k_proj.bias)
+    v = F.linear(x, m.v_proj.weight, m.v_proj.bias)
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask)
+    weights = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), dim=-1)
+    return out, weights
+
+
+@pytest.mark.parametrize("d_k,d_v,bias", [(None, None, True), (4, 6, False), (3, 8, True)])
+def test_matches_sdpa_with_projections(d_k, d_v, bias):
+    torch.manual_seed(0)
+    m = SelfAttention(8, d_k, d_v, bias=bias)
+    x = _x()
+    out, weights = m(x)
+    want, want_w = _oracle(m, x)
+    assert out.shape == (2, 5, 8) and weights.shape == (2, 5, 5)
+    assert_close(out, m.out_proj(want))
+    assert_close(weights, want_w)
+    assert_close(weights.sum(-1), torch.ones(2, 5))
+    assert (m.q_proj.bias is None) == (not bias)
+
+
+def test_without_output_projection_returns_d_v_wide():
+    torch.manual_seed(0)
+    m = SelfAttention(8, 4, 6, project_out=False)
+    x = _x()
+    out, _ = m(x)
+    assert out.shape == (2, 5, 6)
+    assert_close(out, _oracle(m, x)[0])
+
+
+@pytest.mark.parametrize("kind", ["bool", "float"])
+def test_masks_match_sdpa(kind):
+    torch.manual_seed(0)
+    m = SelfAttention(8, 4, 4)
+    x = _x(n=4)
+    mask = torch.tensor(
+        [[True, False, True, True], [True, True, False, False],
+         [False, False, False, True], [True, True, True, True]]
+    )
+    if kind == "float":
+        mask = torch.zeros(4, 4).masked_fill(~mask, float("-inf")) + 0.3 * torch.randn(4, 4)
+    out, weights = m(x, attn_mask=mask)
+    assert_close(out, m.out_proj(_oracle(m, x, mask)[0]))
+    if kind == "bool":
+        assert (weights[..., ~mask] == 0).all()
+
+
+def test_fully_masked_row_gives_zeros_before_out_proj():
+    torch.manual_seed(0)
+    m = SelfAttention(8, project_out=False)
+    mask = torch.ones(2, 3, 3, dtype=torch.bool)
+    mask[1, 2] = False
+    out, weights = m(_x(n=3), attn_mask=mask)
+    assert torch.isfinite(out).all()
+    assert_close(out[1, 2], torch.zeros(8))
+    assert_close(weights[1, 2], torch.zeros(3))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_finite_for_large_inputs(dtype):
+    torch.manual_seed(0)
+    m = SelfAttention(16, 8, 8).to(dtype)
+    x = (_x(d=16) * 200).to(dtype)
+    out, weights = m(x)
+    assert out.dtype == dtype
+    assert torch.isfinite(out).all() and torch.isfinite(weights).all()
+
+
+def test_gradcheck_float64():
+    torch.manual_seed(0)
+    m = SelfAttention(4, 3, 2).double()
+    x = _x(b=1, n=3, d=4, dtype=torch.float64).requires_grad_()
+    assert torch.autograd.gradcheck(lambda t: m(t)[0], (x,))
+
+
+def test_errors():
+    m = SelfAttention(8)
+    with pytest.raises(ValueError, match=r"d_model must be a positive int, got 0"):
+        SelfAttention(0)
+    with pytest.raises(ValueError, match=r"d_k must be a positive int, got 2.5"):
+        SelfAttention(8, 2.5)
+    with pytest.raises(TypeError, match=r"x must be a torch.Tensor, got list"):
+        m([[1.0]])
+    with pytest.raises(TypeError, match=r"x must have a floating dtype, got torch.int64"):
+        m(torch.ones(1, 2, 8, dtype=torch.long))
+    with pytest.raises(ValueError, match=r"x must have shape \(B, L, 8\) \(batch first\), got shape \(5, 8\)"):
+        m(torch.ones(5, 8))
+    with pytest.raises(ValueError, match=r"x must have last dimension 8, got shape \(1, 5, 7\)"):
+        m(torch.ones(1, 5, 7))
+    x = _x(n=3)
+    with pytest.raises(TypeError, match=r"attn_mask must be torch.bool \(True = may attend\) or torch.float32 \(added to the scores\), got torch.int64"):
+        m(x, attn_mask=torch.ones(3, 3, dtype=torch.long))
+    with pytest.raises(ValueError, match=r"attn_mask must broadcast to \(2, 3, 3\), got shape \(3, 4\)"):
+        m(x, attn_mask=torch.ones(3, 4, dtype=torch.bool))
+    with pytest.raises(ValueError, match=r"attn_mask must broadcast to \(2, 3, 3\), got shape \(1, 2, 3, 3\)"):
+        m(x, attn_mask=torch.ones(1, 2, 3, 3, dtype=torch.bool))
+    with pytest.raises(TypeError, match=r"attn_mask must be a torch.Tensor or None, got list"):
+        m(x, attn_mask=[[True]])
+
+
+def test_exercise_parameter_count():
+    m = SelfAttention(8, 4, 6)
+    assert sum(p.numel() for p in m.parameters()) == (8 * 4 + 4) * 2 + (8 * 6 + 6) + (6 * 8 + 8) == 182
+
+
+def test_exercise_identity_projections_give_scaled_naive_attention():
+    m = SelfAttention(5, bias=False, project_out=False)
+    with torch.no_grad():
+        for proj in (m.q_proj, m.k_proj, m.v_proj):
+            proj.weight.copy_(torch.eye(5))
+    x = _x(d=5)
+    scores = x @ x.transpose(-2, -1) / math.sqrt(5)
+    assert_close(m(x)[0], torch.softmax(scores, dim=-1) @ x)

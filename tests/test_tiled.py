@@ -1,0 +1,203 @@
+"""Proof for snippets/efficiency/tiled.py.
+
+Proves: online_softmax equals torch.softmax for every block size (including
+all -inf rows -> zeros); tiled_attention equals F.scaled_dot_product_attention
+in float32 and float64, causal (lower right, built independently here) and not,
+for key and query block sizes that do not divide N or M, N != M in both
+directions; fully masked causal rows return zeros; outputs stay finite for large
+logits in float32/bfloat16/float16; gradcheck in float64; causal outputs ignore
+future tokens; every validation message is raised.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from snippets.efficiency.tiled import online_softmax, tiled_attention
+
+
+def lower_right_mask(n: int, m: int) -> torch.Tensor:
+    """True = may attend; the N queries are the last N of M positions."""
+    return torch.ones(n, m, dtype=torch.bool).tril(diagonal=m - n)
+
+
+@pytest.mark.parametrize("block_size", [1, 3, 7, 16, 100])
+def test_online_softmax_matches_softmax(block_size):
+    torch.manual_seed(0)
+    x = torch.randn(2, 5, 13) * 4
+    torch.testing.assert_close(online_softmax(x, block_size=block_size), torch.softmax(x, dim=-1))
+
+
+def test_online_softmax_handles_minus_inf():
+    x = torch.tensor([[float("-inf"), float("-inf"), 1.0, 2.0], [float("-inf")] * 4])
+    out = online_softmax(x, block_size=1)
+    torch.testing.assert_close(out[0], torch.softmax(x[0], dim=-1))
+    torch.testing.assert_close(out[1], torch.zeros(4))
+
+
+def test_online_softmax_large_logits_finite():
+    x = torch.tensor([[1e4, -1e4, 3e4, 0.0]])
+    out = online_softmax(x, block_size=1)
+    assert torch.isfinite(out).all()
+    torch.testing.assert_close(out, torch.softmax(x, dim=-1))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("n, m", [(9, 9), (5, 11), (11, 5), (1, 13)])
+@pytest.mark.parametrize("block_size_k, block_size_q", [(1, None), (4, None), (3, 2), (64, 64)])
+@pytest.mark.parametrize("is_causal", [False, True])
+def test_matches_sdpa(dtype, n, m, block_size_k, block_size_q, is_causal):
+    torch.manual_seed(0)
+    q = torch.randn(2, 3, n, 8, dtype=dtype)
+    k = torch.randn(2, 3, m, 8, dtype=dtype)
+    v = torch.randn(2, 3, m, 6, dtype=dtype)
+    out = tiled_attention(q, k, v, is_causal=is_causal,
+                          block_size_k=block_size_k, block_size_q=block_size_q)
+    if is_causal:
+        mask = lower_right_mask(n, m)
+        expected = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        # A query with no visible key (N > M) must return zeros, whatever SDPA gives.
+        empty = ~mask.any(dim=-1)
+        expected[..., empty, :] = 0.0
+    else:
+        expected = F.scaled_dot_product_attention(q, k, v)
+    torch.testing.assert_close(out, expected)
+
+
+def test_fully_masked_rows_are_zero():
+    torch.manual_seed(0)
+    q, k, v = torch.randn(1, 1, 6, 4), torch.randn(1, 1, 3, 4), torch.randn(1, 1, 3, 4)
+    out = tiled_attention(q, k, v, is_causal=True, block_size_k=2, block_size_q=2)
+    # N=6 queries over M=3 keys: the first three queries see nothing.
+    torch.testing.assert_close(out[..., :3, :], torch.zeros(1, 1, 3, 4))
+    assert out[..., 3:, :].abs().sum() > 0
+
+
+def test_custom_scale_matches_sdpa():
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 7, 8) for _ in range(3))
+    torch.testing.assert_close(
+        tiled_attention(q, k, v, block_size_k=3, scale=0.3),
+        F.scaled_dot_product_attention(q, k, v, scale=0.3),
+    )
+
+
+def test_causal_ignores_future_tokens():
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 10, 8) for _ in range(3))
+    out = tiled_attention(q, k, v, is_causal=True, block_size_k=3, block_size_q=4)
+    k2, v2 = k.clone(), v.clone()
+    k2[..., 6:, :] += 5.0
+    v2[..., 6:, :] -= 5.0
+    out2 = tiled_attention(q, k2, v2, is_causal=True, block_size_k=3, block_size_q=4)
+    torch.testing.assert_close(out[..., :6, :], out2[..., :6, :])
+    assert not torch.allclose(out[..., 6:, :], out2[..., 6:, :])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_large_logits_stay_finite(dtype):
+    torch.manual_seed(0)
+    q = (torch.randn(1, 2, 9, 8) * 200).to(dtype)
+    k = (torch.randn(1, 2, 9, 8) * 200).to(dtype)
+    v = torch.randn(1, 2, 9, 8).to(dtype)
+    out = tiled_attention(q, k, v, is_causal=True, block_size_k=4)
+    assert out.dtype == dtype
+    assert torch.isfinite(out).all()
+    expected = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=True)
+    tol = {torch.float32: 1e-4, torch.bfloat16: 2e-2, torch.float16: 2e-3}[dtype]
+    torch.testing.assert_close(out.float(), expected, atol=tol, rtol=tol)
+
+
+def test_gradcheck_float64():
+    torch.manual_seed(0)
+    q = torch.randn(1, 2, 5, 3, dtype=torch.float64, requires_grad=True)
+    k = torch.randn(1, 2, 7, 3, dtype=torch.float64, requires_grad=True)
+    v = torch.randn(1, 2, 7, 3, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(
+        lambda q, k, v: tiled_attention(q, k, v, is_causal=True, block_size_k=3, block_size_q=2),
+        (q, k, v),
+    )
+
+
+def test_empty_query():
+    out = tiled_attention(torch.randn(1, 1, 0, 4), torch.randn(1, 1, 3, 4), torch.randn(1, 1, 3, 5))
+    assert out.shape == (1, 1, 0, 5)
+
+
+@pytest.mark.parametrize(
+    "kwargs, exc, match",
+    [
+        ({"block_size_k": 0}, ValueError, r"block_size_k must be a positive int, got 0"),
+        ({"block_size_k": True}, ValueError, r"block_size_k must be a positive int, got True"),
+        ({"block_size_q": -2}, ValueError, r"block_size_q must be a positive int or None, got -2"),
+        ({"scale": 0.0}, ValueError, r"scale must be a positive finite float or None, got 0.0"),
+    ],
+)
+def test_argument_errors(kwargs, exc, match):
+    x = torch.randn(1, 1, 3, 4)
+    with pytest.raises(exc, match=match):
+        tiled_attention(x, x, x, **kwargs)
+
+
+def test_online_softmax_block_error():
+    with pytest.raises(ValueError, match=r"block_size must be a positive int, got 0"):
+        online_softmax(torch.randn(3), block_size=0)
+
+
+@pytest.mark.parametrize(
+    "q, k, v, exc, match",
+    [
+        ([1.0], torch.randn(3, 4), torch.randn(3, 4), TypeError, r"q must be a torch.Tensor, got list"),
+        (torch.ones(3, 4, dtype=torch.long), torch.randn(3, 4), torch.randn(3, 4), TypeError,
+         r"q must have a floating dtype, got torch.int64"),
+        (torch.randn(4), torch.randn(3, 4), torch.randn(3, 4), ValueError,
+         r"q must have at least 2 dimensions .* got shape \(4,\)"),
+        (torch.randn(3, 4), torch.randn(3, 4, dtype=torch.float64), torch.randn(3, 4), TypeError,
+         r"q, k and v must share one dtype"),
+        (torch.randn(3, 4), torch.randn(3, 5), torch.randn(3, 4), ValueError,
+         r"q and k must have the same last dimension d, got q \(3, 4\) and k \(3, 5\)"),
+        (torch.randn(3, 4), torch.randn(3, 4), torch.randn(2, 4), ValueError,
+         r"k and v must have the same length M \(dimension -2\), got k \(3, 4\) and v \(2, 4\)"),
+    ],
+)
+def test_tensor_errors(q, k, v, exc, match):
+    with pytest.raises(exc, match=match):
+        tiled_attention(q, k, v)
+
+
+def _partial(q, k, v):
+    """(m, l, o) of one block of keys, written out from the page's recurrence."""
+    scores = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5
+    m = scores.amax(dim=-1, keepdim=True)
+    p = torch.exp(scores - m)
+    return m, p.sum(dim=-1, keepdim=True), p @ v
+
+
+def test_exercise_reversed_blocks():
+    torch.manual_seed(0)
+    q, k, v = torch.randn(1, 2, 5, 4), torch.randn(1, 2, 11, 4), torch.randn(1, 2, 11, 3)
+    forward = tiled_attention(q, k, v, block_size_k=3)
+    # reverse the order of 3-key blocks: the loop then meets them last-first
+    idx = torch.cat([torch.arange(s, min(s + 3, 11)) for s in range(9, -1, -3)])
+    backward = tiled_attention(q, k[..., idx, :], v[..., idx, :], block_size_k=3)
+    torch.testing.assert_close(forward, backward)
+
+
+def test_exercise_merge_two_halves():
+    torch.manual_seed(0)
+    q, k, v = torch.randn(1, 2, 5, 4), torch.randn(1, 2, 10, 4) * 3, torch.randn(1, 2, 10, 3)
+    m_a, l_a, o_a = _partial(q, k[..., :4, :], v[..., :4, :])
+    m_b, l_b, o_b = _partial(q, k[..., 4:, :], v[..., 4:, :])
+    m = torch.maximum(m_a, m_b)
+    l = torch.exp(m_a - m) * l_a + torch.exp(m_b - m) * l_b
+    o = torch.exp(m_a - m) * o_a + torch.exp(m_b - m) * o_b
+    torch.testing.assert_close(o / l, F.scaled_dot_product_attention(q, k, v))
+
+
+def test_exercise_tile_memory():
+    assert 1 * 8 * 256 * 512 * 4 == 4 * 2**20
+    assert 1 * 8 * 4096 * 4096 * 4 == 512 * 2**20
+
+
