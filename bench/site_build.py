@@ -34,7 +34,7 @@ def cold_build(tmp: pathlib.Path) -> float:
     env = {**os.environ, "FIELD_GUIDE_EXAMPLE_CACHE": str(tmp / "cache"), "NO_MKDOCS_2_WARNING": "1"}
     start = time.perf_counter()
     result = subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(tmp / "site")],
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "-f", str(ROOT / "mkdocs.yml"), "-d", str(tmp / "site")],
         cwd=tmp, env={**env, "PYTHONDONTWRITEBYTECODE": "1"}, capture_output=True, text=True,
     )
     seconds = time.perf_counter() - start

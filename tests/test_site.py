@@ -107,7 +107,7 @@ def test_every_example_executed(built_site, example):
 
 def test_example_figure_and_printed_shapes(built_site):
     raw = (built_site.path / "examples" / "scaled_dot_product" / "index.html").read_text(encoding="utf-8")
-    figures = re.findall(r'<img alt="([^"]+)" src="data:image/png;base64,', raw)
+    figures = [html.unescape(a) for a in re.findall(r'<img\b[^>]*\balt="([^"]+)"[^>]*\bsrc="data:image/png;base64,', raw)]
     assert figures and all(len(alt) > 30 for alt in figures), figures
     assert "Professor" in figures[0]
     text = text_of(built_site.path / "examples" / "scaled_dot_product" / "index.html")
@@ -178,6 +178,51 @@ def test_cache_key_follows_the_code_an_example_imports(tmp_path):
     assert hook.cache_key(example, [tmp_path], "other torch") != key()
 
 
+def test_examples_sharing_a_kernel_start_clean(tmp_path):
+    """A worker's kernel runs several examples; none may see another's state,
+    and each still shows its figures."""
+    import nbformat
+
+    hook = load_hook("examples")
+    first = tmp_path / "first.py"
+    first.write_text(
+        "# %%\nimport torch, matplotlib\nimport matplotlib.pyplot as plt\n"
+        "leftover = 1\ntorch.set_num_threads(2)\ntorch.set_default_dtype(torch.float64)\n"
+        "matplotlib.rcParams['lines.linewidth'] = 9.0\n"
+        "# %%\n# alt: A line drawn by the first example.\nplt.plot([1, 2]);\n"
+    )
+    second = tmp_path / "second.py"
+    second.write_text(
+        "# %%\nimport torch, matplotlib\nimport matplotlib.pyplot as plt\n"
+        "print('leftover' in globals(), torch.get_num_threads(), torch.get_default_dtype(),"
+        " matplotlib.rcParams['lines.linewidth'], len(plt.get_fignums()))\n"
+        "# %%\n# alt: A line drawn by the second example.\nplt.plot([2, 1]);\n"
+    )
+    kernel = hook.Kernel(ROOT, 1)
+    try:
+        for example in (first, second):
+            kernel.run(example, tmp_path / f"{example.stem}.ipynb")
+    finally:
+        kernel.close()
+    nb = nbformat.read(tmp_path / "second.ipynb", as_version=4)
+    printed = "".join(o.get("text", "") for c in nb.cells for o in c.get("outputs", []))
+    assert printed.strip() == "False 1 torch.float32 1.5 0", printed
+    assert nb.cells[0].execution_count == 1, "the hidden reset cell must not shift the numbering"
+    assert nb.metadata["field_guide"]["alts"] == ["A line drawn by the second example."]
+
+
+def test_an_alt_text_without_its_figure_fails(tmp_path):
+    hook = load_hook("examples")
+    example = tmp_path / "lost.py"
+    example.write_text("# %%\n# alt: A figure that never appears.\nprint('no figure here')\n")
+    kernel = hook.Kernel(ROOT, 1)
+    try:
+        with pytest.raises(ValueError, match=r"has an '# alt: \.\.\.' comment but drew no figure"):
+            kernel.run(example, tmp_path / "lost.ipynb")
+    finally:
+        kernel.close()
+
+
 def test_a_failing_example_fails_the_build(tmp_path):
     project = tmp_path / "project"
     shutil.copytree(ROOT, project, ignore=shutil.ignore_patterns(".git", ".cache", "site", "__pycache__", "examples"))
@@ -221,12 +266,13 @@ def _build_project(project: pathlib.Path, tmp_path: pathlib.Path):
     return result
 
 
-FENCE = re.compile(r"^(?P<indent>[ \t]*)```(?P<lang>[\w+-]*)[^\n]*\n(?P<body>.*?)^(?P=indent)```", re.M | re.S)
+FENCE = re.compile(r"^(?P<indent>[ \t]*)```(?P<lang>[\w+-]*)(?P<attrs>[^\n]*)\n(?P<body>.*?)^(?P=indent)```", re.M | re.S)
 
 
 def test_pages_include_project_code_instead_of_pasting_it():
-    """A Python block on a page is either an include from snippets/ or a short
-    usage line or two; anything longer belongs in snippets/ where it is tested."""
+    """A Python block on a page is an include from snippets/, a few usage
+    lines, or a longer block titled "Usage: ..." that wires tested snippets
+    together; anything else belongs in snippets/ where it is tested."""
     pasted = []
     for md in DOCS.rglob("*.md"):
         for match in FENCE.finditer(md.read_text(encoding="utf-8")):
@@ -234,6 +280,8 @@ def test_pages_include_project_code_instead_of_pasting_it():
                 continue
             lines = [line for line in match.group("body").splitlines() if line.strip()]
             if all(INCLUDE.match(line) for line in lines):
+                continue
+            if re.search(r'title="Usage: ', match.group("attrs")):
                 continue
             if len(lines) > 6:
                 pasted.append(f"{md.relative_to(ROOT)}: a {len(lines)}-line Python block starting {lines[0].strip()!r}")

@@ -17,7 +17,9 @@
       // The notebook copy button keeps a hidden copy of each cell's source.
       ignoredClasses: ["clipboard-copy-txt"],
     };
-    document.querySelectorAll(".arithmatex, .jupyter-wrapper .jp-RenderedMarkdown").forEach(function (el) {
+    // The table of contents repeats headings as plain text, \(...\) included.
+    var selector = ".arithmatex, .jupyter-wrapper .jp-RenderedMarkdown, .md-nav--secondary .md-nav__link";
+    document.querySelectorAll(selector).forEach(function (el) {
       if (el.hasAttribute("data-fg-typeset")) return;
       el.setAttribute("data-fg-typeset", "");
       renderMathInElement(el, options);
