@@ -246,12 +246,39 @@ class PageReport:
     images: list[dict]
     phone: dict
     axe: list[dict] = dataclasses.field(default_factory=list)
+    audited: bool = False
+    headings: dict = dataclasses.field(default_factory=dict)
 
 
 # Audited in full, in both palettes. Elsewhere axe skips the tokens inside code
 # blocks: their colours come from the same few CSS variables on every page, and
 # checking thousands of spans on every page would dominate the run.
 AXE_KEY_PAGES = ["", "foundations/scaled-dot-product/", "examples/scaled_dot_product/"]
+
+
+def axe_sample(pages: list[str]) -> set[str]:
+    """The pages axe-core audits: the key pages, the first two pages of every
+    section (each section's pages share one template and one stylesheet, so
+    colour contrast reads the same on all of them), and every page without a
+    section. Heading order and alternative text, which differ page by page,
+    are checked on every page by HEADINGS_JS and IMAGES_JS."""
+    chosen, per_section = set(AXE_KEY_PAGES), {}
+    for path in pages:
+        section = path.split("/", 1)[0] if "/" in path.strip("/") else ""
+        per_section.setdefault(section, []).append(path)
+    for section, members in per_section.items():
+        chosen.update(members if not section else members[:2])
+    return chosen
+
+
+HEADINGS_JS = """() => {
+  const levels = [...document.querySelectorAll(".md-content h1, .md-content h2, .md-content h3, .md-content h4, .md-content h5, .md-content h6")]
+    .filter(h => h.checkVisibility() || h.closest("details, .tabbed-block"))
+    .map(h => Number(h.tagName[1]));
+  const jumps = [];
+  levels.forEach((level, i) => { if (i && level > levels[i - 1] + 1) jumps.push([levels[i - 1], level]); });
+  return {first: levels[0] ?? null, h1: levels.filter(l => l === 1).length, jumps};
+}"""
 
 AXE_START_JS = """full => {
   // KaTeX's visual rendering is aria-hidden (readers get its MathML); its
@@ -266,7 +293,7 @@ AXE_START_JS = """full => {
 }"""
 
 
-def _start_visit(browser, base_url: str, path: str, axe_source: str):
+def _start_visit(browser, base_url: str, path: str, axe_source: str | None):
     """Load one page in a fresh context, take every measurement, then start
     axe-core in it and return without waiting: axe runs in that page's renderer
     while the next page loads."""
@@ -276,6 +303,7 @@ def _start_visit(browser, base_url: str, path: str, axe_source: str):
         lcp = page.evaluate(LCP_JS)
         math = page.evaluate(MATH_JS)
         images = page.evaluate(IMAGES_JS)
+        headings = page.evaluate(HEADINGS_JS)
         page.set_viewport_size(PHONE)
         page.wait_for_function(f"() => document.documentElement.clientWidth <= {PHONE['width']}")
         page.evaluate("() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))")
@@ -295,8 +323,10 @@ def _start_visit(browser, base_url: str, path: str, axe_source: str):
             images=images,
             phone=phone,
         )
-        page.add_script_tag(content=axe_source)
-        page.evaluate(AXE_START_JS, path in AXE_KEY_PAGES)
+        report.headings = headings
+        if axe_source is not None:
+            page.add_script_tag(content=axe_source)
+            page.evaluate(AXE_START_JS, path in AXE_KEY_PAGES)
     except BaseException:
         context.close()
         raise
@@ -305,7 +335,7 @@ def _start_visit(browser, base_url: str, path: str, axe_source: str):
 
 def _finish_visit(report: PageReport, context, page) -> None:
     try:
-        report.axe = page.evaluate("() => window.__axe")
+        report.axe = page.evaluate("() => window.__axe") if report.audited else []
     finally:
         context.close()
 
@@ -347,8 +377,10 @@ def page_reports(browser, base_url, pages) -> dict[str, PageReport]:
     start = time.perf_counter()
     reports: dict[str, PageReport] = {}
     pending = None
+    audited = axe_sample(pages)
     for path in pages:
-        current = _start_visit(browser, base_url, path, axe_source)
+        current = _start_visit(browser, base_url, path, axe_source if path in audited else None)
+        current[0].audited = path in audited
         if pending:
             _finish_visit(*pending)
         pending = current
@@ -514,6 +546,22 @@ def test_no_serious_accessibility_violations(page_reports):
         if (serious := [v for v in found if v["impact"] in ("serious", "critical")])
     }
     assert not bad, json.dumps(bad, indent=1)
+
+
+def test_axe_audits_every_kind_of_page(pages):
+    sample = axe_sample(pages)
+    sections = {p.split("/", 1)[0] for p in pages if "/" in p.strip("/")}
+    assert all(any(p.startswith(s + "/") for p in sample) for s in sections), sections
+    assert set(AXE_KEY_PAGES) & set(pages) <= sample
+
+
+def test_headings_are_in_order(page_reports):
+    """One h1 first, and no level skipped on the way down, on every page."""
+    bad = _bad(
+        page_reports,
+        lambda r: r.headings if (r.headings.get("first") != 1 or r.headings.get("h1") != 1 or r.headings.get("jumps")) else None,
+    )
+    assert not bad, bad
 
 
 def test_phone_width_has_no_sideways_scroll(page_reports):
