@@ -327,6 +327,7 @@ def on_files(files: Files, config) -> Files:
     _state["executed"] = executed
     _state["links"] = []
     _state["css"] = {}
+    _state["classes"] = set()
     _state["sources"] = {}
     for file in list(files):
         if not file.src_uri.startswith(f"{EXAMPLES_DIR}/"):
@@ -438,11 +439,71 @@ def on_env(env, config, files: Files):
     return env
 
 
+def on_post_page(output: str, page, config) -> str:
+    if _is_example(page):
+        for classes in re.findall(r'class="([^"]*)"', output):
+            _state.setdefault("classes", set()).update(classes.split())
+    return output
+
+
+def _css_blocks(text: str) -> list[tuple[str, str]]:
+    """Top-level ``selector { body }`` pairs of a stylesheet (nesting kept in body)."""
+    blocks, i = [], 0
+    while (open_at := text.find("{", i)) >= 0:
+        depth, k = 0, open_at
+        while k < len(text):
+            depth += {"{": 1, "}": -1}.get(text[k], 0)
+            if depth == 0:
+                break
+            k += 1
+        blocks.append((text[i:open_at].strip(), text[open_at + 1 : k]))
+        i = k + 1
+    return blocks
+
+
+def _top_level_commas(selector: str) -> list[str]:
+    """Split a selector list, leaving commas inside :is(...), :not(...) alone."""
+    parts, depth, start = [], 0, 0
+    for i, char in enumerate(selector):
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if char == "," and depth == 0:
+            parts.append(selector[start:i])
+            start = i + 1
+    return parts + [selector[start:]]
+
+
+def prune_css(text: str, used: set[str]) -> str:
+    """Keep the rules that can match: selectors whose every class is in ``used``.
+
+    nbconvert's stylesheet is JupyterLab's whole theme (about 600 kB); the
+    example pages use a small part of it. Rules without a class (``:root``
+    variables, element rules) and at-rules other than media queries are kept.
+    """
+    kept = []
+    for selector, body in _css_blocks(re.sub(r"/\*.*?\*/", "", text, flags=re.S)):
+        if selector.startswith(("@media", "@supports")):
+            inner = prune_css(body, used)
+            if inner.strip():
+                kept.append(f"{selector}{{{inner}}}")
+        elif selector.startswith("@"):
+            kept.append(f"{selector}{{{body}}}")
+        else:
+            alive = [
+                part.strip()
+                for part in _top_level_commas(selector)
+                if all(cls in used for cls in re.findall(r"\.(-?[A-Za-z_][\w-]*)", part))
+            ]
+            if alive:
+                kept.append(f"{','.join(alive)}{{{body}}}")
+    return "\n".join(kept)
+
+
 def on_post_build(config) -> None:
+    used = _state.get("classes", set())
     for uri, css in _state.get("css", {}).items():
         target = pathlib.Path(config.site_dir) / uri
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(css, encoding="utf-8")
+        target.write_text(prune_css(css, used), encoding="utf-8")
     site = pathlib.Path(config.site_dir) / EXAMPLES_DIR
     site.mkdir(parents=True, exist_ok=True)
     for src_uri, source in _state.get("sources", {}).items():

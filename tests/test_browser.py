@@ -304,6 +304,12 @@ def _start_visit(browser, base_url: str, path: str, axe_source: str | None):
         math = page.evaluate(MATH_JS)
         images = page.evaluate(IMAGES_JS)
         headings = page.evaluate(HEADINGS_JS)
+        # The notebook copy button keeps each cell's source in a hidden div;
+        # if the notebook stylesheet breaks, every cell shows its code twice.
+        headings["visible_copy_text"] = page.evaluate(
+            "() => [...document.querySelectorAll('.clipboard-copy-txt')]"
+            ".filter(el => getComputedStyle(el).display !== 'none').length"
+        )
         page.set_viewport_size(PHONE)
         page.wait_for_function(f"() => document.documentElement.clientWidth <= {PHONE['width']}")
         page.evaluate("() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))")
@@ -562,6 +568,11 @@ def test_headings_are_in_order(page_reports):
         lambda r: r.headings if (r.headings.get("first") != 1 or r.headings.get("h1") != 1 or r.headings.get("jumps")) else None,
     )
     assert not bad, bad
+
+
+def test_notebook_styles_apply(page_reports):
+    bad = _bad(page_reports, lambda r: r.headings.get("visible_copy_text") or None)
+    assert not bad, f"pages showing the copy button's hidden source text: {bad}"
 
 
 def test_phone_width_has_no_sideways_scroll(page_reports):

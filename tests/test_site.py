@@ -223,6 +223,36 @@ def test_an_alt_text_without_its_figure_fails(tmp_path):
         kernel.close()
 
 
+def test_notebook_css_keeps_only_rules_that_can_match():
+    hook = load_hook("examples")
+    css = (
+        ":root{--jp-x:1px}/* note */.jp-Cell .jp-Output{color:red}.jp-Widget{color:blue}"
+        ".jp-Cell,.jp-Slider{margin:0}pre{tab-size:4}"
+        "@media (max-width:600px){.jp-Cell{padding:0}.jp-Widget{padding:1px}}"
+        "@media print{.jp-Widget{display:none}}@font-face{font-family:x;src:url(a.woff2)}"
+        ".jp-Cell :is(.jp-Output,.jp-Widget) p{margin:1px}:is(.jp-Widget,.jp-Slider) i{margin:2px}"
+    )
+    pruned = hook.prune_css(css, {"jp-Cell", "jp-Output"})
+    assert ":root{--jp-x:1px}" in pruned and "pre{tab-size:4}" in pruned
+    assert ".jp-Cell .jp-Output{color:red}" in pruned
+    assert ".jp-Cell{margin:0}" in pruned, "a selector list keeps its matching parts"
+    assert "@media (max-width:600px){.jp-Cell{padding:0}}" in pruned
+    assert "jp-Widget" not in pruned and "jp-Slider" not in pruned and "@media print" not in pruned
+    assert "@font-face" in pruned and "note" not in pruned
+    # Commas inside :is(...) do not split the selector list.
+    assert ".jp-Cell :is(.jp-Output,.jp-Widget) p{margin:1px}" not in pruned  # .jp-Widget is unused
+    assert "margin:2px" not in pruned and pruned.count("{") == pruned.count("}")
+
+
+def test_notebook_css_is_shared_and_small(built_site):
+    sheets = list((built_site.path / "assets" / "stylesheets").glob("notebook-*.css"))
+    assert len(sheets) == 1, sheets
+    assert sheets[0].stat().st_size < 250_000
+    raw = (built_site.path / "examples" / "scaled_dot_product" / "index.html").read_text(encoding="utf-8")
+    assert f'href="../../assets/stylesheets/{sheets[0].name}"' in raw
+    assert "<style" not in raw.split('<div class="md-content"', 1)[1].split("</article>", 1)[0]
+
+
 def test_a_failing_example_fails_the_build(tmp_path):
     project = tmp_path / "project"
     shutil.copytree(ROOT, project, ignore=shutil.ignore_patterns(".git", ".cache", "site", "__pycache__", "examples"))
