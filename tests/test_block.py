@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.testing import assert_close
 
-from snippets.architecture.block import TransformerBlock
+from snippets.architecture.block import TorchAttention, TransformerBlock
 from snippets.attention.multi_head import MultiHeadAttention
 
 SNIPPET = Path(__file__).resolve().parents[1] / "snippets" / "architecture" / "block.py"
@@ -235,3 +235,35 @@ def test_exercise_zero_branches(norm_first):
     x = torch.randn(B, N, D)
     expected = x if norm_first else block.norm2(block.norm1(x))
     assert_close(block(x), expected)
+
+
+@pytest.mark.parametrize("norm_first", [True, False])
+def test_from_torch_alone_runs_the_layers_own_attention(norm_first):
+    """TransformerBlock.from_torch(layer), no attention given: the block wraps a
+    copy of layer.self_attn and still equals the layer, masks included."""
+    torch.manual_seed(0)
+    layer = nn.TransformerEncoderLayer(16, 4, 32, dropout=0.1, activation="gelu",
+                                       batch_first=True, norm_first=norm_first).eval()
+    block = TransformerBlock.from_torch(layer).eval()
+    assert isinstance(block.attention, TorchAttention)
+    assert block.attention.mha is not layer.self_attn  # a copy, not shared
+    x = torch.randn(2, 5, 16)
+    key_mask = torch.tensor([[True] * 5, [True, True, True, False, False]])
+    causal = torch.ones(5, 5, dtype=torch.bool).triu(1)  # torch's polarity: True = blocked
+    expected = layer(x, src_mask=causal, src_key_padding_mask=~key_mask, is_causal=True)
+    got = block(x, key_mask=key_mask, is_causal=True)
+    assert_close(got[0], expected[0])
+    assert_close(got[1, :3], expected[1, :3])
+    allowed = torch.rand(5, 5, generator=torch.Generator().manual_seed(1)) > 0.3
+    allowed |= torch.eye(5, dtype=torch.bool)
+    assert_close(block(x, attn_mask=allowed), layer(x, src_mask=~allowed))
+
+
+def test_torch_attention_errors():
+    with pytest.raises(TypeError, match=r"mha must be an nn.MultiheadAttention, got Linear"):
+        TorchAttention(nn.Linear(2, 2))
+    with pytest.raises(ValueError, match=r"mha must be built with batch_first=True, got batch_first=False"):
+        TorchAttention(nn.MultiheadAttention(8, 2))
+    attention = TorchAttention(nn.MultiheadAttention(8, 2, batch_first=True))
+    with pytest.raises(ValueError, match=r"attn_mask must have shape \(N, N\) = \(3, 3\), got \(3, 4\)"):
+        attention(torch.randn(1, 3, 8), attn_mask=torch.ones(3, 4, dtype=torch.bool))

@@ -94,6 +94,8 @@ SMOKE: dict[str, tuple[str, str]] = {
         "(2, 9)",
     ),
     "architecture/block.py": (
+        "layer = nn.TransformerEncoderLayer(8, 2, 16, batch_first=True).eval()\n"
+        "assert torch.allclose(m.TransformerBlock.from_torch(layer)(x := torch.randn(1, 3, 8)), layer(x), atol=1e-6)\n"
         "class Mix(nn.Module):\n"
         "    def forward(self, x, **masks): return x.mean(1, keepdim=True).expand_as(x), None\n"
         "result = tuple(m.TransformerBlock(Mix(), 8, 16)(torch.randn(2, 3, 8)).shape)",

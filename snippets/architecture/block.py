@@ -20,11 +20,63 @@ This file needs only torch and the standard library: copy it into a project.
 
 from __future__ import annotations
 
+import copy
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-__all__ = ["TransformerBlock"]
+__all__ = ["TransformerBlock", "TorchAttention"]
+
+
+# --8<-- [start:torch_attention]
+class TorchAttention(nn.Module):
+    """``nn.MultiheadAttention`` behind the call the block makes.
+
+    The guide's masks say True = may attend; ``nn.MultiheadAttention`` says
+    True = blocked. This adapter flips them, so a block built by
+    ``TransformerBlock.from_torch(layer)`` runs PyTorch's own attention.
+
+    Args:
+        mha: a ``batch_first=True`` ``nn.MultiheadAttention``.
+
+    Shape:
+        ``x`` is ``(B, N, D)``; ``attn_mask`` is ``(N, N)`` (bool, True = may
+        attend, or float, added); ``key_mask`` is ``(B, N)``, True = real token.
+    """
+
+    def __init__(self, mha: nn.MultiheadAttention) -> None:
+        super().__init__()
+        if not isinstance(mha, nn.MultiheadAttention):
+            raise TypeError(f"mha must be an nn.MultiheadAttention, got {type(mha).__name__}")
+        if not mha.batch_first:
+            raise ValueError("mha must be built with batch_first=True, got batch_first=False")
+        self.mha = mha
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        *,
+        attn_mask: torch.Tensor | None = None,
+        key_mask: torch.Tensor | None = None,
+        is_causal: bool = False,
+    ) -> tuple[torch.Tensor, None]:
+        n = x.shape[1]
+        blocked = None
+        if attn_mask is not None:
+            if attn_mask.shape != (n, n):
+                raise ValueError(f"attn_mask must have shape (N, N) = ({n}, {n}), got {tuple(attn_mask.shape)}")
+            blocked = ~attn_mask if attn_mask.dtype == torch.bool else attn_mask  # flip the polarity
+        if is_causal:
+            future = torch.ones(n, n, dtype=torch.bool, device=x.device).triu(1)  # (N, N), True = blocked
+            if blocked is None or blocked.dtype == torch.bool:
+                blocked = future if blocked is None else blocked | future
+            else:
+                blocked = blocked.masked_fill(future, float("-inf"))
+        padding = None if key_mask is None else ~key_mask  # (B, N), True = padded
+        out, _ = self.mha(x, x, x, attn_mask=blocked, key_padding_mask=padding, need_weights=False)
+        return out, None
+# --8<-- [end:torch_attention]
 
 _ACTIVATIONS = {"gelu": F.gelu, "relu": F.relu}
 
@@ -141,17 +193,19 @@ class TransformerBlock(nn.Module):
     # --8<-- [start:from_torch]
     @classmethod
     def from_torch(
-        cls, layer: nn.TransformerEncoderLayer, attention: nn.Module
+        cls, layer: nn.TransformerEncoderLayer, attention: nn.Module | None = None
     ) -> "TransformerBlock":
         """Copy the norms and the MLP of ``nn.TransformerEncoderLayer``.
 
-        The attention is not copied here: pass an equivalent module, typically
-        ``MultiHeadAttention.from_torch(layer.self_attn)``. The layer must be
-        ``batch_first=True`` for the two to take the same inputs.
+        Pass the attention to use, typically the guide's
+        ``MultiHeadAttention.from_torch(layer.self_attn)``; without one, the
+        block runs a copy of the layer's own ``self_attn`` through
+        ``TorchAttention``. The layer must be ``batch_first=True`` for the two
+        to take the same inputs.
 
         Args:
             layer: the layer to copy (activation ReLU or GELU).
-            attention: the attention module the block will call.
+            attention: the attention module the block will call, or ``None``.
 
         Returns:
             A ``TransformerBlock`` on the layer's device and dtype.
@@ -167,6 +221,8 @@ class TransformerBlock(nn.Module):
             name = "gelu"
         else:  # tanh-approximate GELU, SiLU, ...: not what this block computes
             raise ValueError(f"layer.activation must be ReLU or exact GELU, got {act!r}")
+        if attention is None:
+            attention = TorchAttention(copy.deepcopy(layer.self_attn))
         ref = layer.linear1.weight
         new = cls(
             attention,
