@@ -18,7 +18,6 @@ import os
 import pathlib
 import queue
 import re
-import shutil
 import socket
 import subprocess
 import sys
@@ -98,7 +97,6 @@ def main() -> None:
         first, rebuild = serve_rebuild(tmp)
         print(f"mkdocs serve, first build (examples cached): {first:.1f} s")
         print(f"mkdocs serve, rebuild after one Markdown edit: {rebuild:.1f} s")
-        shutil.rmtree(tmp / "site", ignore_errors=True)
 
 
 if __name__ == "__main__":

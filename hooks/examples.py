@@ -49,7 +49,6 @@ log = logging.getLogger("mkdocs.hooks.examples")
 HOOK_VERSION = "4"  # bump to invalidate every cached example
 EXAMPLES_DIR = "examples"
 PLACEHOLDER_ALT = "No description has been provided for this image"
-EXCLUSIVE_MARK = re.compile(r"^# field-guide: run-alone\s*$", re.M)
 ALT_COMMENT = re.compile(r"^\s*#\s*alt:\s*(.+?)\s*$", re.M)
 HREF = re.compile(r'(<a\s[^>]*?href=")([^"]*)(")')
 # nbconvert's template loads MathJax and mermaid from a CDN; KaTeX served by the
@@ -249,18 +248,16 @@ def run_examples(config) -> dict[str, pathlib.Path]:
             todo.append((example, target))
 
     cores = os.cpu_count() or 1
-    alone = [job for job in todo if EXCLUSIVE_MARK.search(job[0].read_text(encoding="utf-8"))]
-    shared = [job for job in todo if job not in alone]
-    workers = max(1, min(cores, len(shared)))
+    workers = max(1, min(cores, len(todo)))
     log.info(
-        "examples: %d of %d to execute (%d cached), %d at a time, %d alone with all %d cores",
-        len(todo), len(examples), len(examples) - len(todo), workers, len(alone), cores,
+        "examples: %d of %d to execute (%d cached), %d at a time",
+        len(todo), len(examples), len(examples) - len(todo), workers,
     )
     failures: list[str] = []
     done = 0
     lock = threading.Lock()
     started = time.perf_counter()
-    pending = list(shared)
+    pending = list(todo)
 
     def report(example, seconds=None, error=None):
         nonlocal done
@@ -291,20 +288,18 @@ def run_examples(config) -> dict[str, pathlib.Path]:
             if kernel is not None:
                 kernel.close()
 
-    def next_shared():
+    def next_job():
         with lock:
             return pending.pop(0) if pending else None
 
     threads = [
-        threading.Thread(target=worker, args=(next_shared, max(1, cores // workers)))
+        threading.Thread(target=worker, args=(next_job, max(1, cores // workers)))
         for _ in range(workers)
     ]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
-    alone_jobs = list(alone)
-    worker(lambda: alone_jobs.pop(0) if alone_jobs else None, cores)
     if todo:
         log.info("examples: executed %d in %.1f s", len(todo), time.perf_counter() - started)
     if failures:
