@@ -46,7 +46,7 @@ from mkdocs.utils import get_relative_url
 
 log = logging.getLogger("mkdocs.hooks.examples")
 
-HOOK_VERSION = "4"  # bump to invalidate every cached example
+HOOK_VERSION = "5"  # bump to invalidate every cached example
 EXAMPLES_DIR = "examples"
 PLACEHOLDER_ALT = "No description has been provided for this image"
 ALT_COMMENT = re.compile(r"^\s*#\s*alt:\s*(.+?)\s*$", re.M)
@@ -140,8 +140,10 @@ def _alt_texts(nb) -> list[str]:
 
 # Run before every example in a reused kernel, then removed from the page: a
 # clean namespace, no figures, matplotlib's settings as the kernel started
-# with, and the repository's own modules imported afresh. Only third-party
-# modules (torch, matplotlib) stay loaded; they are what a kernel start costs.
+# with, and the project's own modules (snippets/, bench/, docs/examples/)
+# imported afresh. Everything else stays loaded, third-party modules included,
+# even when they live under the repository root (a `.venv` inside the clone
+# holds torch there, and unloading torch crashes the kernel).
 RESET_CELL = """\
 %reset -f
 import sys as _s, matplotlib as _m, matplotlib.pyplot as _p, torch as _t
@@ -154,11 +156,40 @@ if not hasattr(_s, "_field_guide_rc"):
     }}
 _m.rcParams.update(_s._field_guide_rc)
 _n = None
-for _n in [n for n, mod in list(_s.modules.items()) if str(getattr(mod, "__file__", "") or "").startswith({root!r})]:
+for _n in [n for n, mod in list(_s.modules.items()) if str(getattr(mod, "__file__", "") or "").startswith({own!r})]:
     del _s.modules[_n]
 _t.set_num_threads({threads}); _t.set_default_dtype(_t.float32); _t.set_printoptions(profile="default")
 del _s, _m, _p, _t, _n
 """
+
+
+ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
+class ExampleError(Exception):
+    """An example's cell raised: ``summary`` is one line, ``detail`` the tail of
+    the traceback, both free of terminal colour codes."""
+
+    def __init__(self, summary: str, detail: str = ""):
+        super().__init__(summary)
+        self.summary, self.detail = summary, detail
+
+    @classmethod
+    def from_notebook(cls, nb, exc: Exception) -> "ExampleError":
+        # The reset cell is cell 0 and never shown: page cells count from 1.
+        for index, cell in enumerate(nb.cells):
+            for out in cell.get("outputs", []) if cell.cell_type == "code" else []:
+                if out.get("output_type") == "error":
+                    where = "the hidden reset cell" if index == 0 else f"cell {index}"
+                    summary = f"{where}: {out.get('ename')}: {ANSI.sub('', str(out.get('evalue', ''))).strip()}"
+                    trace = ANSI.sub("", "\n".join(out.get("traceback", []))).strip().splitlines()
+                    return cls(summary, "\n".join(trace[-20:]))
+        text = ANSI.sub("", str(exc)).strip()
+        return cls(f"{type(exc).__name__}: {text.splitlines()[-1] if text else ''}", "\n".join(text.splitlines()[-20:]))
+
+
+# Where the project's own importable code lives, relative to the repository root.
+OWN_MODULE_DIRS = ("snippets", "bench", os.path.join("docs", EXAMPLES_DIR))
 
 
 class Kernel:
@@ -189,11 +220,14 @@ class Kernel:
         start = time.perf_counter()
         nb = jupytext.read(example)
         nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-        reset = nbformat.v4.new_code_cell(RESET_CELL.format(root=str(self.root), threads=self.threads))
+        own = tuple(str(self.root / sub) + os.sep for sub in OWN_MODULE_DIRS)
+        reset = nbformat.v4.new_code_cell(RESET_CELL.format(own=own, threads=self.threads))
         nb.cells.insert(0, reset)
         client = NotebookClient(nb, km=self.km, timeout=600, kernel_name="python3", allow_errors=False)
         try:
             client.execute()
+        except Exception as exc:  # noqa: BLE001 - re-raised as one readable error
+            raise ExampleError.from_notebook(nb, exc) from None
         finally:
             if client.kc is not None:
                 client.kc.stop_channels()
@@ -262,11 +296,15 @@ def run_examples(config) -> dict[str, pathlib.Path]:
     def report(example, seconds=None, error=None):
         nonlocal done
         with lock:
-            if error is not None:
-                failures.append(f"docs/{EXAMPLES_DIR}/{example.name}:\n{error}")
-                return
             done += 1
-            log.info("examples: [%d/%d] %s ran in %.1f s", done, len(todo), example.name, seconds)
+            if error is None:
+                log.info("examples: [%d/%d] %s ran in %.1f s", done, len(todo), example.name, seconds)
+                return
+            summary = getattr(error, "summary", None) or f"{type(error).__name__}: {error}"
+            detail = getattr(error, "detail", "")
+            # One line now, so a long build shows the failure as it happens.
+            log.warning("examples: [%d/%d] %s FAILED in %s", done, len(todo), example.name, summary)
+            failures.append(f"docs/{EXAMPLES_DIR}/{example.name} failed in {summary}" + (f"\n{detail}" if detail else ""))
 
     def worker(jobs_of, threads):
         kernel = None
@@ -303,7 +341,7 @@ def run_examples(config) -> dict[str, pathlib.Path]:
     if todo:
         log.info("examples: executed %d in %.1f s", len(todo), time.perf_counter() - started)
     if failures:
-        raise PluginError("An executed example failed:\n\n" + "\n\n".join(failures))
+        raise PluginError(f"{len(failures)} executed example(s) failed:\n\n" + "\n\n".join(failures))
 
     # Keep the cache to what this build uses.
     wanted = set(results.values())

@@ -44,3 +44,65 @@ def built_site(tmp_path_factory) -> BuiltSite:
     if site.returncode != 0:
         pytest.fail(f"mkdocs build --strict failed:\n{site.log[-6000:]}")
     return site
+
+
+# ----------------------------------------------------------------------------
+# Devices: every unit test runs once per device torch sees here (CPU always;
+# CUDA and MPS when present). Inside a test, torch's default device is that
+# device, so tensors and modules the test builds without `device=` land there;
+# a test that needs the name asks for the `device` fixture.
+# ----------------------------------------------------------------------------
+import torch  # noqa: E402
+
+DEVICES_ENV = "FIELD_GUIDE_TEST_DEVICES"
+# Modules that test the site, the files or the machine rather than tensor code:
+# they run once, on the CPU.
+HOST_ONLY = {
+    "test_site", "test_browser", "test_setup", "test_snippets_standalone",
+    "test_references", "test_timeline", "test_device",
+}
+
+
+def present_devices() -> list[str]:
+    """``cpu``, then ``cuda`` and ``mps`` when torch can use them; the
+    ``FIELD_GUIDE_TEST_DEVICES`` variable (comma-separated) narrows the list."""
+    found = ["cpu"]
+    if torch.cuda.is_available():
+        found.append("cuda")
+    mps = getattr(torch.backends, "mps", None)
+    if mps is not None and mps.is_available():
+        found.append("mps")
+    wanted = [w.strip() for w in os.environ.get(DEVICES_ENV, "").split(",") if w.strip()]
+    unknown = [w for w in wanted if w not in ("cpu", "cuda", "mps")]
+    if unknown:
+        raise pytest.UsageError(f"{DEVICES_ENV} names unknown devices {unknown}; use cpu, cuda, mps")
+    return [d for d in found if d in wanted] if wanted else found
+
+
+DEVICES = present_devices()
+
+
+def pytest_report_header(config):
+    return f"devices under test: {', '.join(DEVICES)} (torch {torch.__version__})"
+
+
+def pytest_generate_tests(metafunc):
+    if "device" in metafunc.fixturenames:
+        module = metafunc.module.__name__.rsplit(".", 1)[-1]
+        devices = ["cpu"] if module in HOST_ONLY else DEVICES
+        metafunc.parametrize("device", devices, scope="function")
+
+
+@pytest.fixture(autouse=True)
+def _tensors_on_device(device):
+    """Make ``device`` torch's default for the test. The CPU is torch's own
+    default, so nothing is switched there (switching costs every op a Python
+    call)."""
+    if device == "cpu":
+        yield
+        return
+    torch.set_default_device(device)
+    try:
+        yield
+    finally:
+        torch.set_default_device("cpu")

@@ -64,14 +64,14 @@ def test_errors_name_argument_and_value(fake, monkeypatch):
 
 
 @pytest.mark.parametrize(
-    "device, bf16, expected",
+    "kind, bf16, expected",
     [("cpu", True, torch.float32), ("mps", True, torch.float16),
      ("cuda", True, torch.bfloat16), ("cuda", False, torch.float16)],
 )
-def test_default_dtype(fake, device, bf16, expected):
+def test_default_dtype(fake, kind, bf16, expected):
     fake("cuda", "mps", bf16=bf16)
-    assert dev.default_dtype(device) == expected
-    assert dev.default_dtype(torch.device(device)) == expected
+    assert dev.default_dtype(kind) == expected
+    assert dev.default_dtype(torch.device(kind)) == expected
 
 
 def test_default_dtype_rejects_other_types():

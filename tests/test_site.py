@@ -211,6 +211,38 @@ def test_examples_sharing_a_kernel_start_clean(tmp_path):
     assert nb.metadata["field_guide"]["alts"] == ["A line drawn by the second example."]
 
 
+def test_reset_unloads_only_the_projects_own_modules(tmp_path, monkeypatch):
+    """A virtual environment inside the clone (``.venv``) puts torch under the
+    repository root: the reset between examples must leave such modules loaded
+    and re-import only snippets/, bench/ and docs/examples/."""
+    hook = load_hook("examples")
+    (tmp_path / "snippets").mkdir()
+    (tmp_path / "snippets" / "__init__.py").write_text("")
+    (tmp_path / "snippets" / "probe.py").write_text("VALUE = 1\n")
+    site_packages = tmp_path / ".venv" / "lib" / "site-packages"
+    site_packages.mkdir(parents=True)
+    (site_packages / "vendored_lib.py").write_text("LOADS = []\n")
+    monkeypatch.setenv("PYTHONPATH", str(site_packages))
+    first = tmp_path / "first.py"
+    first.write_text("# %%\nimport vendored_lib, snippets.probe\nvendored_lib.LOADS.append(1)\n")
+    second = tmp_path / "second.py"
+    second.write_text(
+        "# %%\nimport sys\nprint('vendored_lib' in sys.modules, 'snippets.probe' in sys.modules)\n"
+        "import vendored_lib\nprint(vendored_lib.LOADS)\n"
+    )
+    kernel = hook.Kernel(tmp_path, 1)
+    try:
+        for example in (first, second):
+            kernel.run(example, tmp_path / f"{example.stem}.ipynb")
+    finally:
+        kernel.close()
+    import nbformat
+
+    nb = nbformat.read(tmp_path / "second.ipynb", as_version=4)
+    printed = "".join(o.get("text", "") for c in nb.cells for o in c.get("outputs", []))
+    assert printed.split() == ["True", "False", "[1]"], printed
+
+
 def test_an_alt_text_without_its_figure_fails(tmp_path):
     hook = load_hook("examples")
     example = tmp_path / "lost.py"
@@ -255,7 +287,9 @@ def test_notebook_css_is_shared_and_small(built_site):
 
 def test_a_failing_example_fails_the_build(tmp_path):
     project = tmp_path / "project"
-    shutil.copytree(ROOT, project, ignore=shutil.ignore_patterns(".git", ".cache", "site", "__pycache__", "examples"))
+    shutil.copytree(
+        ROOT, project, ignore=shutil.ignore_patterns(".git", ".venv", ".cache", "site", "__pycache__", "examples")
+    )
     (project / "docs" / "examples").mkdir()
     shutil.copy(DOCS / "examples" / "_plotting.py", project / "docs" / "examples")
     (project / "docs" / "examples" / "broken.py").write_text(
@@ -277,9 +311,15 @@ def test_a_failing_example_fails_the_build(tmp_path):
         md.write_text(re.sub(r"\]\((?:\.\./)*examples/[^)]+\)", "](#)", md.read_text()))
     result = _build_project(project, tmp_path)
     assert result.returncode != 0
-    assert "An executed example failed" in result.log
-    assert "this example is broken on purpose" in result.log
-    assert "broken.py" in result.log
+    # One readable line as it happens (progress counts the failure too) ...
+    lines = [line for line in result.log.splitlines() if "broken.py FAILED" in line]
+    assert len(lines) == 1, result.log[-3000:]
+    assert lines[0].endswith("broken.py FAILED in cell 2: RuntimeError: this example is broken on purpose"), lines
+    assert "[1/1]" in lines[0]
+    # ... and a short summary at the end, with no terminal colour codes.
+    assert "1 executed example(s) failed" in result.log
+    assert "\x1b[" not in result.log
+    assert len(result.log.splitlines()) < 80, f"{len(result.log.splitlines())} lines of log for one failure"
 
 
 def _build_project(project: pathlib.Path, tmp_path: pathlib.Path):

@@ -88,14 +88,33 @@ def _attend(
             scores = scores.masked_fill(~mask, float("-inf"))
         else:
             scores = scores + mask.to(acc)
-    weights = torch.softmax(scores, dim=-1)  # each query's row over the M keys sums to 1
-    # A row of only -inf gives 0/0 = NaN; such a query returns zeros, as SDPA does.
+    # A query with no allowed key has a row of only -inf: softmax would give
+    # 0/0 = NaN (and NaN gradients through a float mask). Score it 0 instead,
+    # then give it zero weights, so it returns zeros.
     empty_row = torch.isneginf(scores).all(dim=-1, keepdim=True)  # (B, N, 1)
+    weights = torch.softmax(scores.masked_fill(empty_row, 0.0), dim=-1)  # each query's row over the M keys sums to 1
     weights = weights.masked_fill(empty_row, 0.0)
     dropped = torch.dropout(weights, dropout_p, train=True) if dropout_p > 0 else weights
     out = dropped @ v.to(acc)  # (B, N, M) @ (B, M, d_v) -> (B, N, d_v)
     return out.to(q.dtype), weights.to(q.dtype)
 # --8<-- [end:attend_helpers]
+
+
+# --8<-- [start:zero_empty_rows]
+def _zero_empty_rows(out: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """Zero the output of every query that may attend to no key.
+
+    PyTorch's kernels disagree on such rows: the CPU kernels and CUDA's math and
+    memory-efficient kernels return zeros, but cuDNN (fp16/bf16 on recent GPUs)
+    returns attention over every key for a boolean mask row that is all False.
+    Zeroing here gives the same answer on every backend.
+    """
+    if mask is None:
+        return out
+    allowed = mask if mask.dtype == torch.bool else ~torch.isneginf(mask)
+    empty = ~allowed.any(dim=-1, keepdim=True)  # (..., N, M) -> (..., N, 1)
+    return out.masked_fill(empty, 0.0)  # (..., N, d) with empty rows zeroed
+# --8<-- [end:zero_empty_rows]
 
 # --8<-- [start:init]
 class CrossAttention(nn.Module):
@@ -196,6 +215,10 @@ class CrossAttention(nn.Module):
             out, weights = _attend(q, k, v, mask, dropout_p)  # (B, N, d_v), (B, N, M)
         else:
             weights = None
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)  # (B, N, d_v)
+            # One head, given its own axis: PyTorch's fused kernels take 4-D input only.
+            out = F.scaled_dot_product_attention(
+                q[:, None], k[:, None], v[:, None], attn_mask=None if mask is None else mask.unsqueeze(-3), dropout_p=dropout_p
+            )[:, 0]  # (B, 1, N, d_k) x (B, 1, M, d_k) -> (B, 1, N, d_v) -> (B, N, d_v)
+            out = _zero_empty_rows(out, mask)  # an all-padding context: zeros on every backend
         return self.out_proj(out), weights  # (B, N, d_v) -> (B, N, D)
     # --8<-- [end:forward]

@@ -128,6 +128,23 @@ def _combine_masks(
 # --8<-- [end:mask]
 
 
+# --8<-- [start:zero_empty_rows]
+def _zero_empty_rows(out: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """Zero the output of every query that may attend to no key.
+
+    PyTorch's kernels disagree on such rows: the CPU kernels and CUDA's math and
+    memory-efficient kernels return zeros, but cuDNN (fp16/bf16 on recent GPUs)
+    returns attention over every key for a boolean mask row that is all False.
+    Zeroing here gives the same answer on every backend.
+    """
+    if mask is None:
+        return out
+    allowed = mask if mask.dtype == torch.bool else ~torch.isneginf(mask)
+    empty = ~allowed.any(dim=-1, keepdim=True)  # (..., N, M) -> (..., N, 1)
+    return out.masked_fill(empty, 0.0)  # (..., N, d) with empty rows zeroed
+# --8<-- [end:zero_empty_rows]
+
+
 # --8<-- [start:repeat_kv]
 def repeat_kv(x: torch.Tensor, n_rep: int) -> torch.Tensor:
     """Repeat each key/value head ``n_rep`` times, next to itself.
@@ -266,6 +283,7 @@ class GroupedQueryAttention(nn.Module):
             out = F.scaled_dot_product_attention(
                 q, k, v, attn_mask=mask, dropout_p=dropout_p, enable_gqa=True
             )  # (B, H, N, d), (B, H_kv, M, d) x 2 -> (B, H, N, d)
+            out = _zero_empty_rows(out, mask)  # the same zeros on every backend
             weights = None
 
         out = out.transpose(1, 2).reshape(B, N, D)  # (B, H, N, d) -> (B, N, H, d) -> (B, N, D)
@@ -299,9 +317,12 @@ class GroupedQueryAttention(nn.Module):
             scores = scores.masked_fill(~mask, float("-inf"))
         elif mask is not None:
             scores = scores + mask.to(acc)
-        weights = torch.softmax(scores, dim=-1)  # each query's row over its M keys sums to 1
+        # A query with no allowed key has a row of only -inf: softmax would give
+        # 0/0 = NaN (and NaN gradients through a float mask). Score it 0 instead,
+        # then give it zero weights, so it returns zeros.
         empty_row = torch.isneginf(scores).all(dim=-1, keepdim=True)  # (B, H, N, 1)
-        weights = weights.masked_fill(empty_row, 0.0)  # a query with no key returns zeros
+        weights = torch.softmax(scores.masked_fill(empty_row, 0.0), dim=-1)  # each query's row over its M keys sums to 1
+        weights = weights.masked_fill(empty_row, 0.0)
         dropped = F.dropout(weights, dropout_p) if dropout_p > 0 else weights
         dropped = dropped.reshape(B, self.n_kv_heads, self.n_groups, N, M)  # (B, H, N, M) -> (B, H_kv, G, N, M)
         out = dropped @ v.to(acc)  # (B, H_kv, G, N, M) @ (B, H_kv, 1, M, d) -> (B, H_kv, G, N, d)

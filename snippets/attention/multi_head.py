@@ -125,6 +125,23 @@ def _combine_masks(
 # --8<-- [end:mask]
 
 
+# --8<-- [start:zero_empty_rows]
+def _zero_empty_rows(out: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """Zero the output of every query that may attend to no key.
+
+    PyTorch's kernels disagree on such rows: the CPU kernels and CUDA's math and
+    memory-efficient kernels return zeros, but cuDNN (fp16/bf16 on recent GPUs)
+    returns attention over every key for a boolean mask row that is all False.
+    Zeroing here gives the same answer on every backend.
+    """
+    if mask is None:
+        return out
+    allowed = mask if mask.dtype == torch.bool else ~torch.isneginf(mask)
+    empty = ~allowed.any(dim=-1, keepdim=True)  # (..., N, M) -> (..., N, 1)
+    return out.masked_fill(empty, 0.0)  # (..., N, d) with empty rows zeroed
+# --8<-- [end:zero_empty_rows]
+
+
 class MultiHeadAttention(nn.Module):
     """Multi-head attention, batch-first, with a fused input projection.
 
@@ -271,6 +288,7 @@ class MultiHeadAttention(nn.Module):
             out, weights = self._attend_explicit(q, k, v, mask, dropout_p)
         else:
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)  # (B, H, N, d)
+            out = _zero_empty_rows(out, mask)  # the same zeros on every backend
             weights = None
 
         out = out.transpose(1, 2).reshape(B, N, D)  # (B, H, N, d) -> (B, N, H, d) -> (B, N, D)
@@ -296,9 +314,11 @@ class MultiHeadAttention(nn.Module):
             scores = scores.masked_fill(~mask, float("-inf"))
         elif mask is not None:
             scores = scores + mask.to(acc)
-        weights = torch.softmax(scores, dim=-1)  # each query's row over its M keys sums to 1
-        # A row of all -inf gives 0/0 = NaN: such a query returns zeros, as SDPA does.
+        # A query with no allowed key has a row of only -inf: softmax would give
+        # 0/0 = NaN (and NaN gradients through a float mask). Score it 0 instead,
+        # then give it zero weights, so it returns zeros.
         empty_row = torch.isneginf(scores).all(dim=-1, keepdim=True)  # (B, H, N, 1)
+        weights = torch.softmax(scores.masked_fill(empty_row, 0.0), dim=-1)  # each query's row over its M keys sums to 1
         weights = weights.masked_fill(empty_row, 0.0)
         dropped = F.dropout(weights, dropout_p) if dropout_p > 0 else weights
         out = dropped @ v.to(acc)  # (B, H, N, M) @ (B, H, M, d) -> (B, H, N, d)

@@ -85,9 +85,11 @@ def _attend(
             scores = scores.masked_fill(~mask, float("-inf"))
         else:
             scores = scores + mask.to(acc)
-    weights = torch.softmax(scores, dim=-1)  # each query's row over the M keys sums to 1
-    # A row of only -inf gives 0/0 = NaN; such a query returns zeros, as SDPA does.
+    # A query with no allowed key has a row of only -inf: softmax would give
+    # 0/0 = NaN (and NaN gradients through a float mask). Score it 0 instead,
+    # then give it zero weights, so it returns zeros.
     empty_row = torch.isneginf(scores).all(dim=-1, keepdim=True)  # (B, N, 1)
+    weights = torch.softmax(scores.masked_fill(empty_row, 0.0), dim=-1)  # each query's row over the M keys sums to 1
     weights = weights.masked_fill(empty_row, 0.0)
     dropped = torch.dropout(weights, dropout_p, train=True) if dropout_p > 0 else weights
     out = dropped @ v.to(acc)  # (B, N, M) @ (B, M, d_v) -> (B, N, d_v)

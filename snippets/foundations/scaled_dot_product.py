@@ -169,9 +169,11 @@ def scaled_dot_product_attention(
         else:
             scores = scores + attn_mask.to(acc)
 
-    weights = torch.softmax(scores, dim=-1)  # normalise over the M keys of each query
-    # A row whose scores are all -inf gives 0/0 = NaN; such a query returns zeros.
+    # A query with no allowed key has a row of only -inf: softmax would give
+    # 0/0 = NaN (and NaN gradients through a float mask). Score it 0 instead,
+    # then give it zero weights, so it returns zeros.
     empty_row = torch.isneginf(scores).all(dim=-1, keepdim=True)  # (..., N, 1)
+    weights = torch.softmax(scores.masked_fill(empty_row, 0.0), dim=-1)  # normalise over the M keys of each query
     weights = weights.masked_fill(empty_row, 0.0)
 
     dropped = torch.dropout(weights, dropout_p, train=True) if dropout_p > 0 else weights

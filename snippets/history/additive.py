@@ -146,9 +146,12 @@ class AdditiveAttention(nn.Module):
         if key_mask is not None:
             # -inf, not a large negative constant: exp(-inf) is exactly 0 in every dtype.
             scores = scores.masked_fill(~key_mask.unsqueeze(1), float("-inf"))  # (B, 1, M) over (B, N, M)
-        weights = torch.softmax(scores, dim=-1)  # normalise over the M source positions j
+        # A query with no allowed key has a row of only -inf: softmax would give
+        # 0/0 = NaN (and NaN gradients through a float mask). Score it 0 instead,
+        # then give it zero weights, so it returns zeros.
         empty_row = torch.isneginf(scores).all(dim=-1, keepdim=True)  # (B, N, 1)
-        weights = weights.masked_fill(empty_row, 0.0)  # no real key: zeros, not NaN
+        weights = torch.softmax(scores.masked_fill(empty_row, 0.0), dim=-1)  # normalise over the M source positions j
+        weights = weights.masked_fill(empty_row, 0.0)
         context = weights @ keys  # (B, N, M) @ (B, M, key_dim) -> (B, N, key_dim)
         return context, weights
     # --8<-- [end:forward]
