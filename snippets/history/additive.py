@@ -246,7 +246,7 @@ class BahdanauSeq2Seq(nn.Module):
         annotations = self.encoder(src, src_mask)  # (B, M, 2n)
         n = annotations.shape[-1] // 2
         last = src_mask.sum(dim=-1) - 1  # index of each sentence's last real token, (B,)
-        forward_last = annotations[torch.arange(src.shape[0]), last, :n]  # (B, n)
+        forward_last = annotations[torch.arange(src.shape[0], device=src.device), last, :n]  # (B, n)
         backward_first = annotations[:, 0, n:]  # (B, n)
         summary = torch.cat([forward_last, backward_first], dim=-1)  # (B, 2n)
         s0 = torch.tanh(self.init_state(backward_first))  # (B, n)

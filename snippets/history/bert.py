@@ -331,23 +331,25 @@ def mask_tokens(
     _check_ids("input_ids", input_ids)
     if isinstance(select_prob, bool) or not (0.0 < float(select_prob) <= 1.0):
         raise ValueError(f"select_prob must be a float in (0, 1], got {select_prob!r}")
-    regular = torch.ones(vocab_size, dtype=torch.bool)
+    regular = torch.ones(vocab_size, dtype=torch.bool, device=input_ids.device)
     regular[list(special.ids)] = False
-    candidates = regular.nonzero().squeeze(1).to(input_ids.device)  # ids a random swap may use
+    candidates = regular.nonzero().squeeze(1)  # ids a random swap may use
     if candidates.numel() == 0:
         raise ValueError(f"vocab_size must leave at least one non-special token, got {vocab_size}")
     if input_ids.numel() and (input_ids.min() < 0 or input_ids.max() >= vocab_size):
         raise ValueError(f"input_ids must lie in [0, vocab_size={vocab_size}), got ids outside it")
 
-    def uniform() -> torch.Tensor:
-        return torch.rand(input_ids.shape, generator=generator).to(input_ids.device)  # (B, N)
+    draw_on = generator.device if generator is not None else input_ids.device  # where the generator lives
 
-    maskable = regular.to(input_ids.device)[input_ids]  # (B, N): False on special tokens
+    def uniform() -> torch.Tensor:
+        return torch.rand(input_ids.shape, generator=generator, device=draw_on).to(input_ids.device)  # (B, N)
+
+    maskable = regular[input_ids]  # (B, N): False on special tokens
     selected = maskable & (uniform() < select_prob)  # (B, N)
     action = uniform()  # one draw decides between [MASK], random and unchanged
     to_mask = selected & (action < 0.8)
     to_random = selected & (action >= 0.8) & (action < 0.9)  # the remaining 10% stay unchanged
-    random_ids = candidates[torch.randint(len(candidates), input_ids.shape, generator=generator).to(input_ids.device)]
+    random_ids = candidates[torch.randint(len(candidates), input_ids.shape, generator=generator, device=draw_on).to(input_ids.device)]
 
     corrupted = input_ids.masked_fill(to_mask, special.mask)
     corrupted = torch.where(to_random, random_ids, corrupted)
@@ -493,12 +495,13 @@ def counting_corpus(
         into ``steps``.
     """
     first = max(special.ids) + 1
-    labels = torch.randint(len(steps), (n_sequences,), generator=generator)  # (B,)
-    step = torch.tensor(steps)[labels]  # (B,)
-    start = torch.randint(n_tokens, (n_sequences, 1), generator=generator)  # (B, 1)
-    body = first + (start + step[:, None] * torch.arange(length)) % n_tokens  # (B, length)
-    cls = torch.full((n_sequences, 1), special.cls)
-    sep = torch.full((n_sequences, 1), special.sep)
+    device = generator.device if generator is not None else None  # draw where the generator lives
+    labels = torch.randint(len(steps), (n_sequences,), generator=generator, device=device)  # (B,)
+    step = torch.tensor(steps, device=labels.device)[labels]  # (B,)
+    start = torch.randint(n_tokens, (n_sequences, 1), generator=generator, device=device)  # (B, 1)
+    body = first + (start + step[:, None] * torch.arange(length, device=labels.device)) % n_tokens  # (B, length)
+    cls = torch.full((n_sequences, 1), special.cls, device=labels.device)
+    sep = torch.full((n_sequences, 1), special.sep, device=labels.device)
     return torch.cat([cls, body, sep], dim=1), labels  # (B, length + 2)
 # --8<-- [end:corpus]
 

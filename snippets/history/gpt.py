@@ -223,8 +223,9 @@ def reversal_task(
     Returns:
         ``(B, 2 * L + 1)`` token ids.
     """
-    digits = torch.randint(n_digits, (n_sequences, length), generator=generator)  # (B, L)
-    equals = torch.full((n_sequences, 1), n_digits)  # (B, 1)
+    device = generator.device if generator is not None else None  # draw where the generator lives
+    digits = torch.randint(n_digits, (n_sequences, length), generator=generator, device=device)  # (B, L)
+    equals = torch.full((n_sequences, 1), n_digits, device=digits.device)  # (B, 1)
     return torch.cat([digits, equals, digits.flip(1)], dim=1)  # (B, 2L + 1)
 # --8<-- [end:task]
 
