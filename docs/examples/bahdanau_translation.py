@@ -13,8 +13,10 @@
 #
 # * **RNNsearch**: Bahdanau's model, a new context $c_i = \sum_j \alpha_{ij} h_j$
 #   at every output step;
-# * **RNNencdec**: the same network with one fixed context vector for the whole
-#   sentence (the two final encoder states).
+# * **Fixed context**: the same network, bidirectional encoder included, with
+#   one fixed context vector for the whole sentence (the two final encoder
+#   states). This is an ablation of RNNsearch, not the paper's RNNencdec,
+#   whose encoder reads the source in one direction only.
 #
 # Letters follow the [notation](../notation.md) page.
 
@@ -53,7 +55,7 @@ def make_model(use_attention: bool) -> BahdanauSeq2Seq:
 
 # %%
 models, losses, seconds = {}, {}, {}
-for name, use_attention in (("RNNsearch (attention)", True), ("RNNencdec (fixed context)", False)):
+for name, use_attention in (("RNNsearch (attention)", True), ("Fixed-context (ablation)", False)):
     model = make_model(use_attention)
     start = time.perf_counter()
     losses[name] = train_toy_translation(model, **CONFIG)

@@ -10,12 +10,15 @@ only on the offset between positions; norms are preserved).
 
 Two ways to pair the d dimensions of a head into d/2 planes are in use:
 
-* ``interleaved=True``: planes (0, 1), (2, 3), ... as in the paper;
-* ``interleaved=False``: planes (i, i + d/2), the "rotate half" layout of the
-  GPT-NeoX and Llama code.
+* ``interleaved=True``: planes (0, 1), (2, 3), ... as in the paper, GPT-J
+  (``rotate_every_two``) and Meta's reference Llama code (pairs viewed as
+  complex numbers);
+* ``interleaved=False``: planes (i, i + d/2), the "rotate half" layout of
+  GPT-NeoX and of the Hugging Face port of Llama.
 
 They are the same rotation applied to a permuted head: a checkpoint trained
-with one needs its q/k projection rows permuted to run with the other.
+with one needs its q/k projection rows permuted to run with the other, which
+is what Hugging Face's Llama conversion script does to Meta's weights.
 
 This file needs only torch and the standard library: copy it into a project.
 """
@@ -85,8 +88,9 @@ def apply_rotary(
         positions: the position of each of the N tokens, ``(N,)`` or ``(B, N)``
             integers; ``None`` means ``0 .. N - 1``. With a KV cache, pass the
             absolute positions of the new tokens.
-        interleaved: pair dimensions (2i, 2i + 1) as in the paper; otherwise
-            (i, i + d/2) as in GPT-NeoX and Llama.
+        interleaved: pair dimensions (2i, 2i + 1) as in the paper and Meta's
+            Llama code; otherwise (i, i + d/2) as in GPT-NeoX and the Hugging
+            Face port of Llama.
 
     Returns:
         A tensor like x.
