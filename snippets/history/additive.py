@@ -199,12 +199,13 @@ PAD, BOS, EOS = 0, 1, 2  # digits d are tokens d + 3
 
 # --8<-- [start:model]
 class BahdanauSeq2Seq(nn.Module):
-    """RNN encoder-decoder: RNNsearch (``use_attention=True``) or RNNencdec (False).
+    """RNN encoder-decoder: RNNsearch (``use_attention=True``) or a fixed-context ablation.
 
     With attention, step i reads the context c_i = sum_j alpha_ij h_j computed
-    from s_{i-1}. Without it, every step reads the same fixed vector c: the two
-    final states of the encoder (forward at the last token, backward at the
-    first), the bottleneck that attention removed.
+    from s_{i-1}. Without it (``use_attention=False``), every step reads the same
+    fixed vector c: the two final states of the same bidirectional encoder
+    (forward at the last token, backward at the first). That is an ablation of
+    RNNsearch, not the paper's RNNencdec, whose encoder is unidirectional.
 
     Simplification against the paper: the output layer is one linear map of
     [s_i; c_i; E y_{i-1}] instead of the paper's maxout layer over
