@@ -241,3 +241,46 @@ def test_module_gradients_are_finite_through_an_empty_row(device, name, make, ha
         ref_grads = torch.autograd.grad(reference.sum(), [x, *module.parameters()])
         for a, b in zip(grads, ref_grads):
             assert_close(a, b)
+
+
+# ----------------------------------------------------------------------------
+# A float mask combined with a key mask or the causal flag: the rows these
+# leave empty return zeros on both paths, with finite gradients.
+# ----------------------------------------------------------------------------
+@pytest.mark.parametrize("is_causal", [False, True], ids=["key_mask", "key_mask+causal"])
+@pytest.mark.parametrize("make", [lambda: MultiHeadAttention(8, 2), lambda: GroupedQueryAttention(8, 4, 2)], ids=["mha", "gqa"])
+def test_float_mask_with_key_mask_and_causal_leaves_empty_rows_zero(device, make, is_causal):
+    torch.manual_seed(4)
+    dtype = torch.float32 if device == "mps" else torch.float64
+    module = make().to(device=device, dtype=dtype)
+    b, n = 2, 5
+    x = torch.randn(b, n, 8, device=device, dtype=dtype, requires_grad=True)
+    bias = torch.randn(n, n, device=device, dtype=dtype)  # a float mask with no -inf of its own
+    key_mask = torch.ones(b, n, dtype=torch.bool, device=device)
+    key_mask[0, :2] = False  # keys 0 and 1 of sequence 0 are padding
+    # Independent reference: one float mask, -inf wherever a key may not be seen.
+    allowed = key_mask[:, None, None, :].expand(b, 1, n, n)
+    if is_causal:
+        allowed = allowed & torch.ones(n, n, dtype=torch.bool, device=device).tril()
+    empty = ~allowed.any(-1)  # (B, 1, N): with the causal flag, queries 0, 1 of sequence 0
+    assert empty.any() == is_causal
+    reference_mask = bias.masked_fill(~allowed, float("-inf"))
+
+    if hasattr(module, "in_proj"):  # MultiHeadAttention's fused self-attention projection
+        q, k, v = module.in_proj(x).chunk(3, dim=-1)
+    else:
+        q, k, v = module.q_proj(x), module.k_proj(x), module.v_proj(x)
+    heads = lambda t, h: t.view(b, n, h, -1).transpose(1, 2)  # noqa: E731
+    n_kv = getattr(module, "n_kv_heads", module.n_heads)
+    reference = F.scaled_dot_product_attention(
+        heads(q, module.n_heads), heads(k, n_kv), heads(v, n_kv), attn_mask=reference_mask, enable_gqa=True
+    )
+    reference = module.out_proj(reference.masked_fill(empty[..., None], 0.0).transpose(1, 2).reshape(b, n, 8))
+    ref_grads = torch.autograd.grad(reference.sum(), [x, *module.parameters()])
+    for need_weights in (True, False):
+        out = module(x, attn_mask=bias, key_mask=key_mask, is_causal=is_causal, need_weights=need_weights)[0]
+        assert_close(out, reference)
+        grads = torch.autograd.grad(out.sum(), [x, *module.parameters()])
+        for g, r in zip(grads, ref_grads):
+            assert torch.isfinite(g).all()
+            assert_close(g, r)
