@@ -15,7 +15,7 @@ SNIPPET = Path(__file__).resolve().parents[1] / "snippets" / "attention" / "alib
 
 
 def _qkv(b=2, h=4, n=6, m=6, d=8, dtype=torch.float64, seed=0):
-    g = torch.Generator().manual_seed(seed)
+    g = torch.Generator(device=torch.get_default_device()).manual_seed(seed)
     return (
         torch.randn(b, h, n, d, generator=g, dtype=dtype),
         torch.randn(b, h, m, d, generator=g, dtype=dtype),

@@ -172,7 +172,7 @@ def test_gradcheck_float64_through_a_block():
 
 
 def corrupt_large(seed=0, vocab=1004):
-    g = torch.Generator().manual_seed(seed)
+    g = torch.Generator(device=torch.get_default_device()).manual_seed(seed)
     ids = torch.randint(4, vocab, (64, 512), generator=g)
     ids[:, 0] = SPECIAL.cls
     ids[:, -1] = SPECIAL.sep
@@ -213,7 +213,7 @@ def test_mask_tokens_is_reproducible_with_a_generator():
 
 
 def test_mlm_loss_counts_only_selected_positions():
-    g = torch.Generator().manual_seed(0)
+    g = torch.Generator(device=torch.get_default_device()).manual_seed(0)
     logits = torch.randn(2, 6, 30, generator=g)
     labels = torch.full((2, 6), IGNORE_INDEX)
     labels[0, 2], labels[1, 4], labels[1, 1] = 7, 9, 11
@@ -228,7 +228,7 @@ def test_mlm_loss_counts_only_selected_positions():
 
 
 def test_counting_corpus_counts():
-    ids, labels = counting_corpus(50, 9, 16, (1, 2, 3), generator=torch.Generator().manual_seed(0))
+    ids, labels = counting_corpus(50, 9, 16, (1, 2, 3), generator=torch.Generator(device=torch.get_default_device()).manual_seed(0))
     assert ids.shape == (50, 11) and (ids[:, 0] == SPECIAL.cls).all() and (ids[:, -1] == SPECIAL.sep).all()
     steps = torch.tensor([1, 2, 3])[labels]
     body = ids[:, 1:-1] - 4

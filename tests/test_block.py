@@ -254,7 +254,7 @@ def test_from_torch_alone_runs_the_layers_own_attention(norm_first):
     got = block(x, key_mask=key_mask, is_causal=True)
     assert_close(got[0], expected[0])
     assert_close(got[1, :3], expected[1, :3])
-    allowed = torch.rand(5, 5, generator=torch.Generator().manual_seed(1)) > 0.3
+    allowed = torch.rand(5, 5, generator=torch.Generator(device=torch.get_default_device()).manual_seed(1)) > 0.3
     allowed |= torch.eye(5, dtype=torch.bool)
     assert_close(block(x, attn_mask=allowed), layer(x, src_mask=~allowed))
 

@@ -28,7 +28,7 @@ def sdpa_weights(q, k, attn_mask=None, scale=None):
 
 
 def qk(seed=0, n=5, m=7, d=8):
-    g = torch.Generator().manual_seed(seed)
+    g = torch.Generator(device=torch.get_default_device()).manual_seed(seed)
     return (torch.randn(2, n, d, generator=g, dtype=torch.float64),
             torch.randn(2, m, d, generator=g, dtype=torch.float64))
 
@@ -151,7 +151,7 @@ def test_sdpa_mask_passed_to_multihead_attention():
 
 # ------------------------------------------------ is_causal with a KV cache
 def test_is_causal_with_fewer_queries_than_keys():
-    g = torch.Generator().manual_seed(2)
+    g = torch.Generator(device=torch.get_default_device()).manual_seed(2)
     B, H, M, N, d = 2, 2, 6, 2, 4
     q_all, k, v = (torch.randn(B, H, M, d, generator=g, dtype=torch.float64) for _ in range(3))
     # oracle: full causal attention over M positions, keep the last N query rows
@@ -174,7 +174,7 @@ def test_cached_decode_rejects_more_queries_than_keys():
 
 # --------------------------------------------------------- dropout in eval
 def test_dropout_left_on_in_evaluation():
-    g = torch.Generator().manual_seed(3)
+    g = torch.Generator(device=torch.get_default_device()).manual_seed(3)
     q, k, v = (torch.randn(2, 2, 6, 4, generator=g) for _ in range(3))
     oracle = F.scaled_dot_product_attention(q, k, v)
     wrong, right = cm.DropoutAttentionWrong(0.5).eval(), cm.DropoutAttention(0.5).eval()
@@ -221,7 +221,7 @@ ALLOWED = torch.tensor([[True, True, False, False],
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
 def test_minus_1e9_fill_in_half_precision(dtype):
-    scores = (torch.randn(3, 4, generator=torch.Generator().manual_seed(4)) * 4).to(dtype)
+    scores = (torch.randn(3, 4, generator=torch.Generator(device=torch.get_default_device()).manual_seed(4)) * 4).to(dtype)
     oracle = weights_oracle(scores, ALLOWED)
     right = cm.masked_weights(scores, ALLOWED)
     tol = 1e-6 if dtype == torch.float32 else 1e-2
@@ -241,7 +241,7 @@ def test_minus_1e9_fill_in_half_precision(dtype):
 
 
 def test_minus_1e9_masked_fill_raises_in_float16_and_finfo_min_is_the_partial_fix():
-    scores = torch.randn(3, 4, generator=torch.Generator().manual_seed(5)).half()
+    scores = torch.randn(3, 4, generator=torch.Generator(device=torch.get_default_device()).manual_seed(5)).half()
     with pytest.raises(RuntimeError, match="overflow"):
         scores.masked_fill(~ALLOWED, -1e9)
     got = cm.masked_weights_finfo_min(scores, ALLOWED)

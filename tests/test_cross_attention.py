@@ -20,7 +20,7 @@ from snippets.attention.cross_attention import CrossAttention
 
 
 def _t(*shape, dtype=torch.float32, seed=0):
-    g = torch.Generator().manual_seed(seed)
+    g = torch.Generator(device=torch.get_default_device()).manual_seed(seed)
     return torch.randn(*shape, generator=g, dtype=dtype)
 
 

@@ -46,7 +46,7 @@ def ours_from(model: nn.Transformer) -> EncoderDecoder:
 
 
 def inputs(seed: int = 1, dtype=torch.float32):
-    g = torch.Generator().manual_seed(seed)
+    g = torch.Generator(device=torch.get_default_device()).manual_seed(seed)
     src = torch.randn(B, M, D, generator=g, dtype=dtype)
     tgt = torch.randn(B, N, D, generator=g, dtype=dtype)
     src_key_mask = torch.ones(B, M, dtype=torch.bool)  # True = real token
@@ -88,7 +88,7 @@ def test_matches_nn_transformer_fast_path_and_memory_mask(norm_first):
     model = torch_transformer(norm_first=norm_first, seed=3)
     ours = ours_from(model)
     src, tgt, skm, tkm = inputs(seed=4)
-    memory_mask = torch.rand(N, M, generator=torch.Generator().manual_seed(5)) > 0.3
+    memory_mask = torch.rand(N, M, generator=torch.Generator(device=torch.get_default_device()).manual_seed(5)) > 0.3
     memory_mask[:, 0] = True  # every target position keeps one real source token
     with torch.no_grad():
         expected = run_torch(model, src, tgt, skm, tkm, memory_mask)

@@ -49,7 +49,7 @@ def model(norm_first=False, seed=0, **kw) -> GPT:
 
 
 def ids(seed=0, n=7):
-    return torch.randint(13, (3, n), generator=torch.Generator().manual_seed(seed))
+    return torch.randint(13, (3, n), generator=torch.Generator(device=torch.get_default_device()).manual_seed(seed))
 
 
 @pytest.mark.parametrize("norm_first", [False, True])
@@ -78,7 +78,7 @@ def test_logits_never_depend_on_later_tokens(norm_first):
 
 
 def test_next_token_loss_is_the_shifted_cross_entropy():
-    g = torch.Generator().manual_seed(0)
+    g = torch.Generator(device=torch.get_default_device()).manual_seed(0)
     logits = torch.randn(2, 5, 13, generator=g)
     x = torch.randint(13, (2, 5), generator=g)
     by_hand = torch.stack([
@@ -104,12 +104,12 @@ def test_greedy_generation_is_an_argmax_loop():
 def test_sampling_is_reproducible_and_cold_sampling_is_greedy():
     m = model()
     prompt = ids(2, n=3)
-    a = generate(m, prompt, 5, temperature=1.0, generator=torch.Generator().manual_seed(0))
-    b = generate(m, prompt, 5, temperature=1.0, generator=torch.Generator().manual_seed(0))
+    a = generate(m, prompt, 5, temperature=1.0, generator=torch.Generator(device=torch.get_default_device()).manual_seed(0))
+    b = generate(m, prompt, 5, temperature=1.0, generator=torch.Generator(device=torch.get_default_device()).manual_seed(0))
     assert torch.equal(a, b)
-    cold = generate(m, prompt, 5, temperature=1e-4, generator=torch.Generator().manual_seed(1))
+    cold = generate(m, prompt, 5, temperature=1e-4, generator=torch.Generator(device=torch.get_default_device()).manual_seed(1))
     assert torch.equal(cold, generate(m, prompt, 5))
-    hot = [generate(m, prompt, 5, temperature=5.0, generator=torch.Generator().manual_seed(s)) for s in range(4)]
+    hot = [generate(m, prompt, 5, temperature=5.0, generator=torch.Generator(device=torch.get_default_device()).manual_seed(s)) for s in range(4)]
     assert any(not torch.equal(h, hot[0]) for h in hot[1:])
 
 
@@ -120,7 +120,7 @@ def test_generation_past_the_window_reads_the_last_max_len_tokens():
     assert out.shape == (3, 14)
     seen = []
     m.register_forward_pre_hook(lambda module, args: seen.append(args[0].clone()))
-    out = generate(m, prompt, 6, temperature=1.0, generator=torch.Generator().manual_seed(0))
+    out = generate(m, prompt, 6, temperature=1.0, generator=torch.Generator(device=torch.get_default_device()).manual_seed(0))
     for step, t in enumerate(range(8, 14)):  # token t is chosen from the (at most) 10 before it
         assert torch.equal(seen[step], out[:, max(0, t - 10):t]), t
 
@@ -159,7 +159,7 @@ def test_gradcheck_float64():
 
 
 def test_reversal_task():
-    x = reversal_task(5, 4, 10, generator=torch.Generator().manual_seed(0))
+    x = reversal_task(5, 4, 10, generator=torch.Generator(device=torch.get_default_device()).manual_seed(0))
     assert x.shape == (5, 9) and (x[:, 4] == 10).all()
     assert torch.equal(x[:, 5:], x[:, :4].flip(1))
 
@@ -174,7 +174,7 @@ def test_exercise_loss_floor():
     import math
 
     length = 6
-    x = reversal_task(4, length, 10, generator=torch.Generator().manual_seed(0))
+    x = reversal_task(4, length, 10, generator=torch.Generator(device=torch.get_default_device()).manual_seed(0))
     logits = torch.zeros(4, 2 * length + 1, 11)  # uniform over digits where nothing is known
     logits[:, :, 10] = -math.inf  # "=" never appears among the random digits
     for i in range(length - 1, 2 * length):  # "=" and the answer: certain

@@ -35,7 +35,7 @@ def quadratic_linear_attention(q, k, v, causal=False, eps=1e-6):
 
 
 def _qkv(b=2, h=3, n=7, m=7, d=4, d_v=5, dtype=torch.float32, seed=0):
-    g = torch.Generator().manual_seed(seed)
+    g = torch.Generator(device=torch.get_default_device()).manual_seed(seed)
     q = torch.randn(b, h, n, d, generator=g, dtype=dtype)
     k = torch.randn(b, h, m, d, generator=g, dtype=dtype)
     v = torch.randn(b, h, m, d_v, generator=g, dtype=dtype)

@@ -209,7 +209,7 @@ def test_gaussian_at_window_edge_is_exp_minus_two():
 
 def test_dot_score_variance_is_d_sigma_to_the_fourth():
     """Score-functions page, exercise 1: Var(q.k) = d sigma^4, so 1/(sigma^2 sqrt(d)) restores 1."""
-    gen = torch.Generator().manual_seed(7)
+    gen = torch.Generator(device=torch.get_default_device()).manual_seed(7)
     att = LuongAttention(64, "dot")
     for sigma in (1.0, 2.0):
         q = sigma * torch.randn(1, 400, 64, generator=gen)

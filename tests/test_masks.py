@@ -29,7 +29,7 @@ from snippets.foundations.masks import (
 
 
 def _qkv(b=2, h=2, n=3, m=5, d=4, dtype=torch.float32):
-    g = torch.Generator().manual_seed(0)
+    g = torch.Generator(device=torch.get_default_device()).manual_seed(0)
     return (
         torch.randn(b, h, n, d, generator=g, dtype=dtype),
         torch.randn(b, h, m, d, generator=g, dtype=dtype),

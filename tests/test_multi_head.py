@@ -46,7 +46,7 @@ def run_torch(mha, query, key, value, **kwargs):
 
 def random_bool_mask(n, m, seed=1):
     """A random (n, m) mask, True = may attend, with no fully masked row."""
-    g = torch.Generator().manual_seed(seed)
+    g = torch.Generator(device=torch.get_default_device()).manual_seed(seed)
     mask = torch.rand(n, m, generator=g) > 0.5
     mask[:, 0] = True
     return mask

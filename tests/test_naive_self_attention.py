@@ -17,7 +17,7 @@ from snippets.attention.naive_self_attention import NaiveSelfAttention, naive_se
 
 
 def _x(b=2, n=5, d=4, dtype=torch.float32, seed=0):
-    g = torch.Generator().manual_seed(seed)
+    g = torch.Generator(device=torch.get_default_device()).manual_seed(seed)
     return torch.randn(b, n, d, generator=g, dtype=dtype)
 
 
@@ -52,7 +52,7 @@ def test_permutation_equivariant():
     # Shuffle the tokens and the output is shuffled the same way: nothing in
     # softmax(X X^T) X knows where a token stands.
     x = _x(b=2, n=7, d=4)
-    perm = torch.randperm(7, generator=torch.Generator().manual_seed(1))
+    perm = torch.randperm(7, generator=torch.Generator(device=torch.get_default_device()).manual_seed(1))
     out, weights = naive_self_attention(x)
     out_p, weights_p = naive_self_attention(x[:, perm])
     assert_close(out_p, out[:, perm])

@@ -16,7 +16,7 @@ SNIPPET = Path(__file__).resolve().parents[1] / "snippets" / "attention" / "rota
 
 
 def _x(b=2, h=3, n=6, d=8, dtype=torch.float64, seed=0):
-    g = torch.Generator().manual_seed(seed)
+    g = torch.Generator(device=torch.get_default_device()).manual_seed(seed)
     return torch.randn(b, h, n, d, generator=g, dtype=dtype)
 
 
@@ -235,7 +235,7 @@ def test_exercise_converting_a_projection_between_pairings():
     # A q projection trained with interleaved RoPE runs with half-split RoPE
     # once its output rows (per head) are permuted.
     d, d_model = 8, 8
-    g = torch.Generator().manual_seed(7)
+    g = torch.Generator(device=torch.get_default_device()).manual_seed(7)
     w_q = torch.randn(d, d_model, generator=g, dtype=torch.float64)
     w_k = torch.randn(d, d_model, generator=g, dtype=torch.float64)
     x = torch.randn(1, 1, 5, d_model, generator=g, dtype=torch.float64)

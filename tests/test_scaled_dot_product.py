@@ -14,7 +14,7 @@ from snippets.foundations.scaled_dot_product import causal_mask, scaled_dot_prod
 
 
 def qkv(*lead, n=5, m=7, d=8, dv=6, dtype=torch.float64, seed=0):
-    g = torch.Generator().manual_seed(seed)
+    g = torch.Generator(device=torch.get_default_device()).manual_seed(seed)
     q = torch.randn(*lead, n, d, generator=g, dtype=dtype)
     k = torch.randn(*lead, m, d, generator=g, dtype=dtype)
     v = torch.randn(*lead, m, dv, generator=g, dtype=dtype)
@@ -48,7 +48,7 @@ def test_matches_torch_without_mask(dtype, lead):
 
 def test_matches_the_equation_written_out():
     q, k, v = qkv(n=4, m=6)
-    allowed = torch.rand(4, 6, generator=torch.Generator().manual_seed(1)) > 0.4
+    allowed = torch.rand(4, 6, generator=torch.Generator(device=torch.get_default_device()).manual_seed(1)) > 0.4
     out, _ = scaled_dot_product_attention(q, k, v, allowed)
     assert_close(out, equation(q, k, v, allowed))
 
@@ -56,7 +56,7 @@ def test_matches_the_equation_written_out():
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_boolean_mask_true_means_attend(dtype):
     q, k, v = qkv(2, 3, dtype=dtype)
-    mask = torch.rand(2, 3, 5, 7, generator=torch.Generator().manual_seed(2)) > 0.3
+    mask = torch.rand(2, 3, 5, 7, generator=torch.Generator(device=torch.get_default_device()).manual_seed(2)) > 0.3
     mask[..., 0] = True  # keep every row non-empty: SDPA's empty rows are checked separately
     out, _ = scaled_dot_product_attention(q, k, v, mask)
     assert_close(out, F.scaled_dot_product_attention(q, k, v, attn_mask=mask))
@@ -64,7 +64,7 @@ def test_boolean_mask_true_means_attend(dtype):
 
 def test_broadcast_mask():
     q, k, v = qkv(2, 3)
-    mask = torch.rand(1, 1, 5, 7, generator=torch.Generator().manual_seed(3)) > 0.3
+    mask = torch.rand(1, 1, 5, 7, generator=torch.Generator(device=torch.get_default_device()).manual_seed(3)) > 0.3
     mask[..., 0] = True
     out, _ = scaled_dot_product_attention(q, k, v, mask)
     assert_close(out, F.scaled_dot_product_attention(q, k, v, attn_mask=mask))

@@ -19,7 +19,7 @@ from snippets.attention.self_attention import SelfAttention
 
 
 def _x(b=2, n=5, d=8, dtype=torch.float32, seed=0):
-    g = torch.Generator().manual_seed(seed)
+    g = torch.Generator(device=torch.get_default_device()).manual_seed(seed)
     return torch.randn(b, n, d, generator=g, dtype=dtype)
 
 

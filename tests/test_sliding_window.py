@@ -18,7 +18,7 @@ SNIPPET = Path(__file__).resolve().parents[1] / "snippets" / "efficiency" / "sli
 
 
 def _qkv(b=2, h=3, n=11, d=8, dtype=torch.float32, seed=0):
-    g = torch.Generator().manual_seed(seed)
+    g = torch.Generator(device=torch.get_default_device()).manual_seed(seed)
     return tuple(torch.randn(b, h, n, d, generator=g, dtype=dtype) for _ in range(3))
 
 
@@ -91,7 +91,7 @@ def test_large_window_is_full_attention():
 
 
 def test_value_width_may_differ_and_leading_dims_free():
-    g = torch.Generator().manual_seed(1)
+    g = torch.Generator(device=torch.get_default_device()).manual_seed(1)
     q = torch.randn(5, 13, 4, generator=g)
     k = torch.randn(5, 13, 4, generator=g)
     v = torch.randn(5, 13, 6, generator=g)
