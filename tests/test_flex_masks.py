@@ -21,6 +21,7 @@ from snippets.attention.alibi import alibi_attention, alibi_bias, alibi_slopes
 from snippets.efficiency.flex_masks import (
     alibi_score_mod,
     block_mask_fraction,
+    block_tiles,
     causal_mask_mod,
     computed_block_fraction,
     dense_mask,
@@ -233,6 +234,8 @@ def test_block_fraction_from_the_dense_mask_equals_the_block_mask(name):
     bm = create_block_mask(mod, None, None, n, m, device="cpu", BLOCK_SIZE=block)
     assert block_mask_fraction(bm) == pytest.approx(computed)
     assert 0 < computed < 1
+    # The tiles with every pair allowed are the ones the block mask runs without a mask.
+    assert (block_tiles(dense_mask(mod, n, m)[0, 0], block) == 2).sum() == bm.full_kv_num_blocks.sum()
 
 
 def test_no_mask_computes_every_tile_and_a_window_few():

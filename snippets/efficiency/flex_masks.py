@@ -58,6 +58,7 @@ __all__ = [
     "alibi_score_mod",
     "soft_cap_score_mod",
     "dense_mask",
+    "block_tiles",
     "computed_block_fraction",
     "block_mask_fraction",
     "flex_attend",
@@ -216,34 +217,43 @@ def dense_mask(mask_mod: MaskMod, n_queries: int, n_keys: int, *, batch: int = 1
     return allowed.expand(batch, heads, n_queries, n_keys)
 
 
-def computed_block_fraction(mask: torch.Tensor, block_size: int = 128) -> tuple[float, float]:
-    """Which (block_size x block_size) tiles a block-sparse kernel must visit.
+def block_tiles(mask: torch.Tensor, block_size: int = 128) -> torch.Tensor:
+    """Sort the (block_size x block_size) tiles of a mask the way a block-sparse kernel does.
 
     Args:
         mask: a dense ``(..., N, M)`` boolean mask, True = may attend.
         block_size: the tile edge (``create_block_mask``'s ``BLOCK_SIZE``).
 
     Returns:
-        ``(computed, partial)``: the fraction of tiles holding at least one
-        allowed pair (the kernel computes them), and the fraction of tiles
-        that are mixed (the kernel must also apply the mask inside them).
+        ``(..., ceil(N / block_size), ceil(M / block_size))`` int64: 0 where
+        the tile has no allowed pair (skipped), 1 where it is partial
+        (computed, and the mask applied inside it), 2 where every pair is
+        allowed (computed with no mask at all).
     """
     if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool or mask.dim() < 2:
         got = f"{tuple(mask.shape)} {mask.dtype}" if isinstance(mask, torch.Tensor) else type(mask).__name__
         raise ValueError(f"mask must be a boolean tensor of shape (..., N, M), got {got}")
     _check_count("block_size", block_size, 1)
     n, m = mask.shape[-2:]
-    pad_n, pad_m = -n % block_size, -m % block_size
-    # Padding counts as blocked, as in a kernel whose last tile runs past the end.
-    padded = torch.nn.functional.pad(mask, (0, pad_m, 0, pad_n), value=False)
+    pad = (0, -m % block_size, 0, -n % block_size)
+
+    # Padding counts as blocked, as in a kernel whose last tile runs past the
+    # end: such a tile is never full, it must mask the positions beyond N or M.
+    padded = torch.nn.functional.pad(mask, pad, value=False)
     tiles = padded.unflatten(-2, (-1, block_size)).unflatten(-1, (-1, block_size))  # (..., N/b, b, M/b, b)
     allowed = tiles.sum(dim=(-3, -1))  # allowed pairs in each tile: (..., N/b, M/b)
-    real = torch.ones_like(mask, dtype=torch.bool)
-    real = torch.nn.functional.pad(real, (0, pad_m, 0, pad_n), value=False)
-    size = real.unflatten(-2, (-1, block_size)).unflatten(-1, (-1, block_size)).sum(dim=(-3, -1))
-    computed = (allowed > 0).float().mean().item()
-    partial = ((allowed > 0) & (allowed < size)).float().mean().item()
-    return computed, partial
+    return (allowed > 0).long() + (allowed == block_size * block_size).long()
+
+
+def computed_block_fraction(mask: torch.Tensor, block_size: int = 128) -> tuple[float, float]:
+    """The fraction of tiles a block-sparse kernel computes, and of tiles it must mask.
+
+    Returns:
+        ``(computed, partial)``: tiles with at least one allowed pair, and
+        partial tiles (the mask is applied inside them), as fractions of all tiles.
+    """
+    state = block_tiles(mask, block_size)
+    return (state > 0).float().mean().item(), (state == 1).float().mean().item()
 
 
 def block_mask_fraction(block_mask: BlockMask) -> float:
