@@ -41,6 +41,16 @@ pytestmark = [pytest.mark.filterwarnings("ignore::UserWarning")]
 
 
 @pytest.fixture(autouse=True)
+def _one_thread():
+    # Tiny shapes gain nothing from threads, and on a busy machine two
+    # spinning threads make each small call many times slower.
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(autouse=True)
 def _cpu_only(device):
     if device != "cpu":
         pytest.skip("eager flex_attention is the CPU path; GPUs run the compiled kernel")
