@@ -143,6 +143,17 @@ SMOKE: dict[str, tuple[str, str]] = {
         "x = torch.randn(1, 1, 6, 4); result = tuple(m.sliding_window_attention(x, x, x, 2).shape)",
         "(1, 1, 6, 4)",
     ),
+    "efficiency/flex_masks.py": (
+        "mod = m.sliding_window_mask_mod(2, 4, 4); x = torch.randn(1, 1, 4, 2)\n"
+        "result = (m.dense_mask(mod, 4, 4)[0, 0].sum().item(), tuple(m.flex_attend(x, x, x, mask_mod=mod).shape))",
+        "(7, (1, 1, 4, 2))",
+    ),
+    "efficiency/paged_kv_cache.py": (
+        "c = m.PagedKVCache(n_pages=4, page_size=2, n_kv_heads=1, d_head=2)\n"
+        "s = c.add_sequence(); c.append(s, torch.ones(1, 3, 2), torch.ones(1, 3, 2))\n"
+        "result = (c.block_table(s), tuple(c.gather(s)[0].shape))",
+        "([0, 1], (1, 3, 2))",
+    ),
     "efficiency/linear_attention.py": (
         "x = torch.randn(1, 1, 6, 4); result = tuple(m.linear_attention(x, x, x, causal=True).shape)",
         "(1, 1, 6, 4)",
