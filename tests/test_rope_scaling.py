@@ -237,6 +237,22 @@ def test_yarn_ramp_against_the_papers_ramp_in_turns():
     assert not torch.allclose(code, paper)  # the middle differs: a documented choice, not a bug
 
 
+@pytest.mark.parametrize("case", YARN_CASES)
+def test_yarn_ramp_is_linear_in_the_log_of_the_turns(case):
+    """ln r(i) is linear in i, so the code's ramp (linear in i between the planes
+    where r = beta_fast and r = beta_slow) is linear in ln r; rounding the ends
+    outwards (truncate) only widens it."""
+    d_rot, base, L = case["d_rot"], case["base"], case["original_length"]
+    beta_fast, beta_slow = case.get("beta_fast", 32.0), case.get("beta_slow", 1.0)
+    log_r = turns_in_window(rope_frequencies(d_rot, base), L).log()
+    want = ((math.log(beta_fast) - log_r) / (math.log(beta_fast) - math.log(beta_slow))).clamp(0, 1)
+    exact = yarn_ramp(d_rot, base, L, beta_fast=beta_fast, beta_slow=beta_slow, truncate=False)
+    assert_close(exact.double(), want, rtol=0, atol=1e-5)
+    rounded = yarn_ramp(d_rot, base, L, beta_fast=beta_fast, beta_slow=beta_slow, truncate=True)
+    assert not torch.allclose(rounded, exact)
+    assert ((rounded == 0) <= (exact == 0)).all() and ((rounded == 1) <= (exact == 1)).all()
+
+
 @pytest.mark.parametrize("s,want", [(1.0, 1.0), (0.5 * 2, 1.0), (16.0, 1 + 0.1 * math.log(16.0)),
                                     (math.e ** 10, 2.0)])
 def test_yarn_attention_factor_is_eq_22(s, want):
