@@ -158,6 +158,11 @@ SMOKE: dict[str, tuple[str, str]] = {
         "x = torch.randn(1, 1, 6, 4); result = tuple(m.linear_attention(x, x, x, causal=True).shape)",
         "(1, 1, 6, 4)",
     ),
+    "modern/rope_scaling.py": (
+        "f, a = m.rope_inv_freq(128, rope_type='llama3', base=500000.0, factor=8.0, original_max_position_embeddings=8192)\n"
+        "result = (tuple(f.shape), a, m.nope_positions(torch.tensor([[0, 5, 5, 5]]), 0).round().tolist())",
+        "((64,), 1.0, [[0.0, 1.0, 2.0, 3.0]])",
+    ),
 }
 
 

@@ -1,0 +1,475 @@
+"""RoPE for long context: the base, partial rotary, the scalings, and NoPE.
+
+Papers:
+* Chen, Wong, Chen and Tian (2023), "Extending Context Window of Large Language
+  Models via Positional Interpolation", arXiv:2306.15595 (linear scaling:
+  positions divided by the scale factor s).
+* Peng, Quesnelle, Fan and Shippole (2023), "YaRN: Efficient Context Window
+  Extension of Large Language Models", arXiv:2309.00071: the "NTK-aware" base
+  change b' = b s^(d/(d-2)) (eq. 16), "NTK-by-parts" with its ramp (eqs. 17-20),
+  dynamic scaling (section 3.3) and YaRN's attention factor
+  sqrt(1/t) = 0.1 ln s + 1 (eq. 22).
+* Llama 3's frequency-dependent scaling: the released code of Llama 3.1
+  (meta-llama/llama-models, ``apply_scaling``: factor 8, low_freq_factor 1,
+  high_freq_factor 4, original context 8192), the models of
+  "The Llama 3 Herd of Models" (2024), arXiv:2407.21783.
+* Partial rotary: GPT-NeoX-20B, Black et al. (2022), arXiv:2204.06745, whose
+  released config rotates a quarter of each head (``rotary_pct = 0.25``).
+* NoPE: Kazemnejad, Padhi, Natesan Ramamurthy, Das and Reddy (2023), "The
+  Impact of Positional Encoding on Length Generalization in Transformers",
+  arXiv:2305.19466; Haviv, Ram, Press, Izsak and Levy (2022), "Transformer
+  Language Models without Positional Encodings Still Learn Positional
+  Information", arXiv:2203.16634.
+
+Page: docs/modern/long-context-rope.md
+Tested against: ``transformers.modeling_rope_utils.ROPE_INIT_FUNCTIONS`` and the
+rotary code of the ``transformers`` Llama and GPT-NeoX models
+(tests/test_rope_transformers.py), and the papers' equations written out in
+tests/test_rope_scaling.py.
+
+Layout: half-split planes (i, i + r/2) inside the first r = rotary dimensions
+of each head, as GPT-NeoX, Llama and ``transformers`` pair them; the remaining
+d - r dimensions pass through unrotated.
+
+This file needs only torch and the standard library: copy it into a project.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+__all__ = [
+    "ROPE_TYPES",
+    "rope_frequencies",
+    "rotary_dims",
+    "linear_scaling",
+    "ntk_aware_base",
+    "dynamic_ntk_base",
+    "yarn_ramp",
+    "yarn_scaling",
+    "yarn_attention_factor",
+    "llama3_scaling",
+    "rope_inv_freq",
+    "rotary_angles",
+    "apply_partial_rotary",
+    "ScaledRotaryEmbedding",
+    "nope_positions",
+]
+
+ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "llama3")
+
+
+# --8<-- [start:validate]
+def _rope_check_int(name: str, value: object, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
+
+
+def _rope_check_number(name: str, value: object, *, above: float | None = None, at_least: float | None = None) -> None:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if ok and above is not None:
+        ok = value > above
+    if ok and at_least is not None:
+        ok = value >= at_least
+    if not ok:
+        bound = f"> {above}" if above is not None else f">= {at_least}"
+        raise ValueError(f"{name} must be a finite number {bound}, got {value!r}")
+
+
+def _rope_check_tensor(name: str, t: object) -> None:
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+# --8<-- [end:validate]
+
+
+# --8<-- [start:frequencies]
+def rope_frequencies(
+    d_rot: int, base: float = 10000.0, *, device: torch.device | str | None = None
+) -> torch.Tensor:
+    """The unscaled RoPE frequencies theta_i = base^(-2i / r), i = 0 .. r/2 - 1.
+
+    Args:
+        d_rot: r, the number of rotated dimensions (even; the whole head d
+            unless the rotary is partial).
+        base: the 10000 of the RoFormer paper, "rope_theta" in configs
+            (500000 for Llama 3, 1000000 for Code Llama).
+        device: where to build them.
+
+    Returns:
+        ``(r/2,)`` float32, in radians per position, from 1 down to about 1/base.
+    """
+    _rope_check_int("d_rot", d_rot, 2)
+    if d_rot % 2:
+        raise ValueError(f"d_rot must be even (dimensions rotate in pairs), got {d_rot}")
+    _rope_check_number("base", base, above=1.0)
+    # float64 for the power, then float32: the error of the table stays below one float32 step.
+    exponent = torch.arange(0, d_rot, 2, dtype=torch.float64, device=device) / d_rot  # (r/2,)
+    return (1.0 / base**exponent).float()  # (r/2,)
+
+
+def rotary_dims(d_head: int, partial_rotary_factor: float = 1.0) -> int:
+    """r = int(d * partial_rotary_factor): how many dimensions of a head rotate.
+
+    GPT-NeoX-20B and Pythia rotate a quarter of each head (``rotary_pct`` 0.25);
+    the other dimensions carry no position at all.
+    """
+    _rope_check_int("d_head", d_head, 2)
+    if not (isinstance(partial_rotary_factor, (int, float)) and not isinstance(partial_rotary_factor, bool)
+            and 0.0 < partial_rotary_factor <= 1.0):
+        raise ValueError(f"partial_rotary_factor must be a number in (0, 1], got {partial_rotary_factor!r}")
+    d_rot = int(d_head * partial_rotary_factor)
+    if d_rot < 2 or d_rot % 2:
+        raise ValueError(
+            f"d_head * partial_rotary_factor must give an even number of rotated dimensions >= 2, "
+            f"got int({d_head} * {partial_rotary_factor}) = {d_rot}"
+        )
+    return d_rot
+# --8<-- [end:frequencies]
+
+
+# --8<-- [start:linear]
+def linear_scaling(inv_freq: torch.Tensor, factor: float) -> torch.Tensor:
+    """Position interpolation: every frequency divided by s.
+
+    Rotating position m with theta_i / s is rotating position m / s with
+    theta_i: a window s times longer is squeezed into the angles seen in training.
+    """
+    _rope_check_tensor("inv_freq", inv_freq)
+    _rope_check_number("factor", factor, at_least=1.0)
+    return inv_freq / factor  # (r/2,)
+# --8<-- [end:linear]
+
+
+# --8<-- [start:ntk]
+def ntk_aware_base(base: float, factor: float, d_rot: int) -> float:
+    """"NTK-aware" scaling: a new base b' = b * s^(r / (r - 2)).
+
+    The exponent is chosen so that the slowest plane (i = r/2 - 1) is divided by
+    exactly s, like position interpolation, while the fastest (i = 0) keeps its
+    frequency; the planes in between are divided by s^(2i / (r - 2)).
+    """
+    _rope_check_number("base", base, above=1.0)
+    _rope_check_number("factor", factor, at_least=1.0)
+    _rope_check_int("d_rot", d_rot, 4)
+    return base * factor ** (d_rot / (d_rot - 2))
+
+
+def dynamic_ntk_base(base: float, factor: float, seq_len: int, original_length: int, d_rot: int) -> float:
+    """Dynamic NTK: the NTK-aware base, recomputed for the current length.
+
+    Below the original context length nothing changes; beyond it the base grows
+    with the length, in the form ``transformers`` uses (for factor 1 the scale is
+    the paper's s = max(1, l'/L)).
+    """
+    _rope_check_int("seq_len", seq_len, 0)
+    _rope_check_int("original_length", original_length, 1)
+    _rope_check_number("factor", factor, at_least=1.0)
+    seq_len = max(seq_len, original_length)  # never scale inside the trained window
+    scale = factor * seq_len / original_length - (factor - 1)  # 1 at L, grows linearly after
+    return ntk_aware_base(base, scale, d_rot)
+# --8<-- [end:ntk]
+
+
+# --8<-- [start:yarn]
+def yarn_ramp(
+    d_rot: int, base: float, original_length: int, *, beta_fast: float = 32.0, beta_slow: float = 1.0,
+    truncate: bool = True,
+) -> torch.Tensor:
+    """How much each plane is interpolated: 0 keeps it, 1 divides it by s.
+
+    A plane that turns r(i) = L theta_i / (2 pi) times in the original window L
+    is kept when r > beta_fast and fully interpolated when r < beta_slow. As in
+    the YaRN code (and ``transformers``), the ramp is linear in the pair index i
+    between the two planes where r = beta_fast and r = beta_slow, rounded
+    outwards to whole indices when ``truncate``.
+
+    Returns:
+        ``(r/2,)`` float32 in [0, 1], non-decreasing in i.
+    """
+    _rope_check_int("original_length", original_length, 1)
+    _rope_check_number("beta_slow", beta_slow, above=0.0)
+    _rope_check_number("beta_fast", beta_fast, above=beta_slow)
+    inv_freq = rope_frequencies(d_rot, base)  # validates d_rot and base
+
+    def index_at(turns: float) -> float:
+        # solve L * base^(-2i/r) / (2 pi) = turns for i
+        return d_rot * math.log(original_length / (2 * math.pi * turns)) / (2 * math.log(base))
+
+    low, high = index_at(beta_fast), index_at(beta_slow)
+    if truncate:
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, d_rot - 1)
+    if low == high:
+        high += 0.001  # a step instead of a division by zero
+    i = torch.arange(inv_freq.shape[0], dtype=torch.float32)  # (r/2,)
+    return ((i - low) / (high - low)).clamp(0.0, 1.0)  # (r/2,)
+
+
+def yarn_scaling(
+    d_rot: int, base: float, factor: float, original_length: int, *, beta_fast: float = 32.0,
+    beta_slow: float = 1.0, truncate: bool = True,
+) -> torch.Tensor:
+    """"NTK-by-parts": fast planes kept, slow planes divided by s, a ramp between."""
+    _rope_check_number("factor", factor, at_least=1.0)
+    inv_freq = rope_frequencies(d_rot, base)  # (r/2,)
+    ramp = yarn_ramp(d_rot, base, original_length, beta_fast=beta_fast, beta_slow=beta_slow, truncate=truncate)
+    return inv_freq * (1 - ramp) + (inv_freq / factor) * ramp  # (r/2,)
+
+
+def yarn_attention_factor(factor: float, mscale: float | None = None, mscale_all_dim: float | None = None) -> float:
+    """YaRN's sqrt(1/t) = 0.1 ln(s) + 1, the factor that multiplies cos and sin.
+
+    q and k both get it, so the scores grow by its square: the softmax is
+    sharpened to undo the flattening that a longer window brings. DeepSeek's
+    configs give two coefficients and use their ratio.
+    """
+    _rope_check_number("factor", factor, at_least=1.0)
+
+    def m(scale: float, k: float = 1.0) -> float:
+        return 1.0 if scale <= 1 else 0.1 * k * math.log(scale) + 1.0
+
+    if mscale and mscale_all_dim:
+        return m(factor, mscale) / m(factor, mscale_all_dim)
+    return m(factor)
+# --8<-- [end:yarn]
+
+
+# --8<-- [start:llama3]
+def llama3_scaling(
+    inv_freq: torch.Tensor, factor: float = 8.0, *, low_freq_factor: float = 1.0, high_freq_factor: float = 4.0,
+    original_length: int = 8192,
+) -> torch.Tensor:
+    """Llama 3.1's scaling, decided by each plane's wavelength 2 pi / theta_i.
+
+    Wavelengths shorter than L / high_freq_factor (2048 tokens for Llama 3.1)
+    are kept; longer than L / low_freq_factor (8192) are divided by the factor;
+    in between, a blend linear in L / wavelength, the number of turns in the window.
+    """
+    _rope_check_tensor("inv_freq", inv_freq)
+    _rope_check_number("factor", factor, at_least=1.0)
+    _rope_check_number("low_freq_factor", low_freq_factor, above=0.0)
+    _rope_check_number("high_freq_factor", high_freq_factor, above=low_freq_factor)
+    _rope_check_int("original_length", original_length, 1)
+    wavelength = 2 * math.pi / inv_freq  # (r/2,) tokens per turn
+    short = wavelength < original_length / high_freq_factor  # many turns in the window: keep
+    long = wavelength > original_length / low_freq_factor  # under one turn: interpolate fully
+    turns = original_length / wavelength
+    smooth = (turns - low_freq_factor) / (high_freq_factor - low_freq_factor)  # 0 .. 1 in between
+    blended = (1 - smooth) * inv_freq / factor + smooth * inv_freq
+    return torch.where(short, inv_freq, torch.where(long, inv_freq / factor, blended))  # (r/2,)
+# --8<-- [end:llama3]
+
+
+# --8<-- [start:dispatch]
+def rope_inv_freq(
+    d_head: int,
+    *,
+    base: float = 10000.0,
+    rope_type: str = "default",
+    partial_rotary_factor: float = 1.0,
+    factor: float = 1.0,
+    original_max_position_embeddings: int | None = None,
+    seq_len: int | None = None,
+    beta_fast: float = 32.0,
+    beta_slow: float = 1.0,
+    truncate: bool = True,
+    attention_factor: float | None = None,
+    mscale: float | None = None,
+    mscale_all_dim: float | None = None,
+    low_freq_factor: float = 1.0,
+    high_freq_factor: float = 4.0,
+) -> tuple[torch.Tensor, float]:
+    """The frequencies and attention factor of one RoPE configuration.
+
+    The keyword names follow the ``rope_parameters`` of Hugging Face configs
+    (``base`` is their ``rope_theta``). One difference: for "dynamic",
+    ``transformers`` reads the original length from ``max_position_embeddings``;
+    here it is ``original_max_position_embeddings`` for every type.
+
+    Args:
+        d_head: d, the head width.
+        base: theta's base.
+        rope_type: one of ``ROPE_TYPES``.
+        partial_rotary_factor: the fraction of the head that rotates.
+        factor: s, the scale factor of every scaled type (>= 1).
+        original_max_position_embeddings: L, the context length of
+            pre-training ("dynamic", "yarn", "llama3").
+        seq_len: the current length, read by "dynamic" only.
+        beta_fast, beta_slow, truncate, attention_factor, mscale,
+            mscale_all_dim: YaRN's parameters.
+        low_freq_factor, high_freq_factor: Llama 3's parameters.
+
+    Returns:
+        ``(inv_freq, attention_factor)``: ``(r/2,)`` float32 frequencies and the
+        number that multiplies cos and sin (1 except for YaRN).
+    """
+    if rope_type not in ROPE_TYPES:
+        raise ValueError(f"rope_type must be one of {list(ROPE_TYPES)}, got {rope_type!r}")
+    d_rot = rotary_dims(d_head, partial_rotary_factor)
+    if rope_type != "default":
+        _rope_check_number("factor", factor, at_least=1.0)
+    if rope_type in ("dynamic", "yarn", "llama3"):
+        if original_max_position_embeddings is None:
+            raise ValueError(f"rope_type {rope_type!r} needs original_max_position_embeddings (L), got None")
+        _rope_check_int("original_max_position_embeddings", original_max_position_embeddings, 1)
+    if seq_len is not None:
+        _rope_check_int("seq_len", seq_len, 0)
+    if attention_factor is not None:
+        _rope_check_number("attention_factor", attention_factor, above=0.0)
+
+    if rope_type == "default":
+        return rope_frequencies(d_rot, base), 1.0
+    if rope_type == "linear":
+        return linear_scaling(rope_frequencies(d_rot, base), factor), 1.0
+    if rope_type == "dynamic":
+        length = original_max_position_embeddings if seq_len is None else seq_len
+        new_base = dynamic_ntk_base(base, factor, length, original_max_position_embeddings, d_rot)
+        return rope_frequencies(d_rot, new_base), 1.0
+    if rope_type == "yarn":
+        inv_freq = yarn_scaling(d_rot, base, factor, original_max_position_embeddings, beta_fast=beta_fast,
+                                beta_slow=beta_slow, truncate=truncate)
+        if attention_factor is None:
+            attention_factor = yarn_attention_factor(factor, mscale, mscale_all_dim)
+        return inv_freq, attention_factor
+    inv_freq = llama3_scaling(rope_frequencies(d_rot, base), factor, low_freq_factor=low_freq_factor,
+                              high_freq_factor=high_freq_factor, original_length=original_max_position_embeddings)
+    return inv_freq, 1.0
+# --8<-- [end:dispatch]
+
+
+# --8<-- [start:apply]
+def rotary_angles(
+    inv_freq: torch.Tensor, positions: torch.Tensor, *, attention_factor: float = 1.0
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin of position * theta_i, times the attention factor.
+
+    Args:
+        inv_freq: ``(r/2,)`` from ``rope_inv_freq``.
+        positions: ``(N,)`` or ``(B, N)``, integers or (for interpolated
+            positions) floats.
+        attention_factor: multiplies cos and sin, so q . k by its square.
+
+    Returns:
+        ``(cos, sin)``, each ``positions.shape + (r/2,)``, float32.
+    """
+    _rope_check_tensor("inv_freq", inv_freq)
+    _rope_check_tensor("positions", positions)
+    if inv_freq.dim() != 1:
+        raise ValueError(f"inv_freq must have shape (r/2,), got {tuple(inv_freq.shape)}")
+    if positions.dtype == torch.bool or positions.is_complex() or positions.dim() not in (1, 2):
+        raise ValueError(
+            f"positions must be a real (N,) or (B, N) tensor, got dtype {positions.dtype} "
+            f"and shape {tuple(positions.shape)}"
+        )
+    _rope_check_number("attention_factor", attention_factor, above=0.0)
+    # float32 angles, as the model code this is compared with computes them
+    angles = positions.float()[..., None] * inv_freq.float().to(positions.device)  # (..., N, 1) * (r/2,) -> (..., N, r/2)
+    return angles.cos() * attention_factor, angles.sin() * attention_factor
+
+
+def apply_partial_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate the first r = 2 * cos.shape[-1] dimensions of x, pass the rest.
+
+    Planes (i, i + r/2) inside the rotated block: the half-split layout of
+    GPT-NeoX and Llama. With r = d this is plain RoPE.
+
+    Args:
+        x: queries or keys, ``(B, H, N, d)``.
+        cos, sin: from ``rotary_angles``, ``(N, r/2)`` or ``(B, N, r/2)``.
+
+    Returns:
+        A tensor like x.
+    """
+    for name, t in (("x", x), ("cos", cos), ("sin", sin)):
+        _rope_check_tensor(name, t)
+    if not x.is_floating_point() or x.dim() != 4:
+        raise ValueError(f"x must be a floating (B, H, N, d) tensor, got {x.dtype} of shape {tuple(x.shape)}")
+    n, d = x.shape[-2], x.shape[-1]
+    half = cos.shape[-1]
+    if cos.shape != sin.shape or cos.dim() not in (2, 3) or cos.shape[-2] != n or not 1 <= 2 * half <= d:
+        raise ValueError(
+            f"cos and sin must both be (N, r/2) or (B, N, r/2) with N={n} and r <= d={d}, "
+            f"got {tuple(cos.shape)} and {tuple(sin.shape)}"
+        )
+    dtype = x.dtype
+    acc = torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+    c, s = cos.to(acc), sin.to(acc)
+    if c.dim() == 3:
+        c, s = c[:, None], s[:, None]  # (B, N, r/2) -> (B, 1, N, r/2), shared by the heads
+    x = x.to(acc)
+    x1, x2, rest = x[..., :half], x[..., half : 2 * half], x[..., 2 * half :]  # (B, H, N, r/2), (.., r/2), (.., d - r)
+    rotated = torch.cat((x1 * c - x2 * s, x1 * s + x2 * c), dim=-1)  # (B, H, N, r)
+    return torch.cat((rotated, rest), dim=-1).to(dtype)  # (B, H, N, d)
+# --8<-- [end:apply]
+
+
+# --8<-- [start:module]
+class ScaledRotaryEmbedding(nn.Module):
+    """Applies (partial, scaled) RoPE to q and k; "dynamic" rescales per call.
+
+    Args:
+        d_head: d, the head width.
+        **rope: the keywords of ``rope_inv_freq`` (base, rope_type, factor, ...).
+    """
+
+    def __init__(self, d_head: int, **rope: object) -> None:
+        super().__init__()
+        rope.pop("seq_len", None)  # the length comes with each call
+        inv_freq, attention_factor = rope_inv_freq(d_head, **rope)  # validates everything
+        self.d_head, self.rope = d_head, rope
+        self.rope_type = rope.get("rope_type", "default")
+        self.attention_factor = attention_factor
+        self.register_buffer("inv_freq", inv_freq, persistent=False)
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, *, offset: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+        """Rotate q ``(B, H, N, d)`` and k ``(B, H_kv, M, d)``; the queries are the
+        last N of the key positions ``offset .. offset + M - 1``."""
+        n, m = q.shape[-2], k.shape[-2]
+        _rope_check_int("offset", offset, 0)
+        if n > m:
+            raise ValueError(f"q may not be longer than k, got N={n} and M={m}")
+        if q.shape[-1] != self.d_head or k.shape[-1] != self.d_head:
+            raise ValueError(f"q and k must have last dimension d={self.d_head}, got {q.shape[-1]} and {k.shape[-1]}")
+        inv_freq, scale = self.inv_freq, self.attention_factor
+        if self.rope_type == "dynamic":  # the frequencies follow the current length
+            inv_freq, scale = rope_inv_freq(self.d_head, **self.rope, seq_len=offset + m)
+        positions = torch.arange(offset, offset + m, device=k.device)  # (M,)
+        cos, sin = rotary_angles(inv_freq, positions, attention_factor=scale)  # (M, r/2) each
+        return apply_partial_rotary(q, cos[m - n :], sin[m - n :]), apply_partial_rotary(k, cos, sin)
+# --8<-- [end:module]
+
+
+# --8<-- [start:nope]
+def nope_positions(tokens: torch.Tensor, bos_id: int, *, causal: bool = True) -> torch.Tensor:
+    """Read each token's position out of one attention layer that has no positions.
+
+    The query ignores the content (every score equal), the value says "I am
+    the first token": a causal layer then returns, at position i, the share of
+    the i + 1 visible tokens that are the first one, 1 / (i + 1). Without the
+    causal mask every token sees all N and gets 1 / N.
+
+    Args:
+        tokens: ``(B, N)`` token ids, each row starting with ``bos_id`` (once).
+        bos_id: the beginning-of-sequence token.
+        causal: mask the future, as a decoder does.
+
+    Returns:
+        ``(B, N)`` float32: 0, 1, 2, ... when causal; N - 1 everywhere when not.
+    """
+    _rope_check_tensor("tokens", tokens)
+    if tokens.dim() != 2 or tokens.shape[1] < 1 or tokens.is_floating_point() or tokens.dtype == torch.bool:
+        raise ValueError(f"tokens must be an integer (B, N) tensor, got {tokens.dtype} of shape {tuple(tokens.shape)}")
+    is_bos = tokens == bos_id  # (B, N)
+    if not bool(is_bos[:, 0].all()) or bool(is_bos[:, 1:].any()):
+        raise ValueError(f"every row of tokens must start with bos_id={bos_id} and hold it only there")
+    b, n = tokens.shape
+    q = torch.zeros(b, 1, n, 1, device=tokens.device)  # (B, 1, N, 1): no content, no position
+    k = torch.zeros_like(q)  # every score is 0, so the weights are uniform over the visible keys
+    v = is_bos.float()[:, None, :, None]  # (B, 1, N, 1)
+    share = F.scaled_dot_product_attention(q, k, v, is_causal=causal)  # (B, 1, N, 1): 1 / (visible keys)
+    return 1.0 / share[:, 0, :, 0] - 1.0  # (B, N): visible keys - 1
+# --8<-- [end:nope]
