@@ -36,16 +36,16 @@ import math
 import torch
 from torch import nn
 
-__all__ = ["rope_angles", "rotate", "LatentCache", "MultiHeadLatentAttention"]
+__all__ = ["latent_rope_angles", "rotate_rope_part", "LatentCache", "MultiHeadLatentAttention"]
 
 
 # --8<-- [start:validate]
-def _check_positive_int(name: str, value: object) -> None:
+def _check_mla_size(name: str, value: object) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(f"{name} must be an int >= 1, got {value!r}")
 
 
-def _check_input(x: object, d_model: int) -> None:
+def _check_hidden(x: object, d_model: int) -> None:
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
     if not x.is_floating_point():
@@ -56,7 +56,7 @@ def _check_input(x: object, d_model: int) -> None:
 
 
 # --8<-- [start:rope]
-def rope_angles(
+def latent_rope_angles(
     positions: torch.Tensor, dim: int, *, base: float = 10000.0
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """cos and sin of ``t * base^(-2i/dim)`` for each position t and plane i.
@@ -67,7 +67,7 @@ def rope_angles(
         base: the RoPE base (theta).
 
     Returns:
-        ``(cos, sin)``, each ``(N, dim / 2)``, in float64 (``rotate`` casts them
+        ``(cos, sin)``, each ``(N, dim / 2)``, in float64 (``rotate_rope_part`` casts them
         to the precision it computes in).
     """
     if isinstance(dim, bool) or not isinstance(dim, int) or dim < 2 or dim % 2:
@@ -77,7 +77,7 @@ def rope_angles(
     return angles.cos(), angles.sin()
 
 
-def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, interleaved: bool) -> torch.Tensor:
+def rotate_rope_part(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, interleaved: bool) -> torch.Tensor:
     """Rotate each plane of the last dimension of x by its angle: ``(..., N, dim)``."""
     acc = torch.float32 if x.dtype in (torch.float16, torch.bfloat16) else x.dtype
     c, s = cos.to(acc), sin.to(acc)  # (N, dim/2)
@@ -113,7 +113,7 @@ class LatentCache:
                  dtype: torch.dtype = torch.float32, device: torch.device | str | None = None) -> None:
         for name, value in (("batch", batch), ("kv_lora_rank", kv_lora_rank),
                             ("rope_dim", rope_dim), ("max_len", max_len)):
-            _check_positive_int(name, value)
+            _check_mla_size(name, value)
         self.c = torch.zeros(batch, max_len, kv_lora_rank, dtype=dtype, device=device)  # (B, max_len, d_c)
         self.k_rope = torch.zeros(batch, max_len, rope_dim, dtype=dtype, device=device)  # (B, max_len, d_R)
         self.seq_len = 0
@@ -138,7 +138,7 @@ class LatentCache:
 
 
 # --8<-- [start:softmax]
-def _masked_softmax(scores: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
+def _softmax_over_allowed(scores: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
     """Softmax over the keys where ``allowed`` (True = may attend); a row with
     no allowed key gets all-zero weights (and finite gradients)."""
     empty = ~allowed.any(dim=-1, keepdim=True)  # (..., N, 1)
@@ -182,9 +182,9 @@ class MultiHeadLatentAttention(nn.Module):
         super().__init__()
         for name, value in (("d_model", d_model), ("n_heads", n_heads), ("kv_lora_rank", kv_lora_rank),
                             ("qk_nope_head_dim", qk_nope_head_dim), ("v_head_dim", v_head_dim)):
-            _check_positive_int(name, value)
+            _check_mla_size(name, value)
         if q_lora_rank is not None:
-            _check_positive_int("q_lora_rank", q_lora_rank)
+            _check_mla_size("q_lora_rank", q_lora_rank)
         if isinstance(rope_dim, bool) or not isinstance(rope_dim, int) or rope_dim < 2 or rope_dim % 2:
             raise ValueError(f"rope_dim must be an even int >= 2, got {rope_dim!r}")
         if not (isinstance(rope_base, (int, float)) and rope_base > 1):
@@ -223,10 +223,10 @@ class MultiHeadLatentAttention(nn.Module):
         q_nope, q_rope = q.split([self.d_nope, self.d_rope], dim=-1)  # (B, H, N, d_h), (B, H, N, d_R)
         c, k_rope = self.kv_down(x).split([self.kv_lora_rank, self.d_rope], dim=-1)  # (B, N, d_c), (B, N, d_R)
         c = self.kv_norm(c)  # (B, N, d_c)
-        cos, sin = rope_angles(positions, self.d_rope, base=self.rope_base)  # (N, d_R / 2) each
+        cos, sin = latent_rope_angles(positions, self.d_rope, base=self.rope_base)  # (N, d_R / 2) each
         # Position enters through the d_R-wide parts only; q_nope and c never rotate.
-        q_rope = rotate(q_rope, cos, sin, interleaved=self.rope_interleaved).to(x.dtype)  # (B, H, N, d_R)
-        k_rope = rotate(k_rope, cos, sin, interleaved=self.rope_interleaved).to(x.dtype)  # (B, N, d_R)
+        q_rope = rotate_rope_part(q_rope, cos, sin, interleaved=self.rope_interleaved).to(x.dtype)  # (B, H, N, d_R)
+        k_rope = rotate_rope_part(k_rope, cos, sin, interleaved=self.rope_interleaved).to(x.dtype)  # (B, N, d_R)
         return q_nope, q_rope, c, k_rope
     # --8<-- [end:project]
 
@@ -241,7 +241,7 @@ class MultiHeadLatentAttention(nn.Module):
         q = torch.cat((q_nope, q_rope), dim=-1)  # (B, H, N, d_h + d_R)
         acc = torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype
         scores = (q.to(acc) @ k.to(acc).transpose(-2, -1)) * self.scale  # (B, H, N, d_h + d_R) @ (B, H, d_h + d_R, M) -> (B, H, N, M)
-        weights = _masked_softmax(scores, allowed)  # (B, H, N, M)
+        weights = _softmax_over_allowed(scores, allowed)  # (B, H, N, M)
         out = (weights @ v.to(acc)).to(q.dtype)  # (B, H, N, M) @ (B, H, M, d_v) -> (B, H, N, d_v)
         out = out.transpose(1, 2).reshape(b, n, self.n_heads * self.d_v)  # (B, N, H d_v)
         return self.out_proj(out)  # (B, N, D)
@@ -269,7 +269,7 @@ class MultiHeadLatentAttention(nn.Module):
         c, k_rope = c.to(acc)[:, None], k_rope.to(acc)[:, None]  # (B, 1, M, d_c), (B, 1, M, d_R): one "head" for all
         scores = (q_latent @ c.transpose(-2, -1)  # (B, H, N, d_c) @ (B, 1, d_c, M) -> (B, H, N, M)
                   + q_rope.to(acc) @ k_rope.transpose(-2, -1)) * self.scale  # + (B, H, N, d_R) @ (B, 1, d_R, M)
-        weights = _masked_softmax(scores, allowed)  # (B, H, N, M)
+        weights = _softmax_over_allowed(scores, allowed)  # (B, H, N, M)
         context = weights @ c  # (B, H, N, M) @ (B, 1, M, d_c) -> (B, H, N, d_c)
         out = torch.einsum("bhnc,hcd->bnd", context, w_out.to(acc))  # sum over heads: (B, N, D)
         if self.out_proj.bias is not None:
@@ -294,7 +294,7 @@ class MultiHeadLatentAttention(nn.Module):
         Returns:
             ``(B, N, D)``.
         """
-        _check_input(x, self.d_model)
+        _check_hidden(x, self.d_model)
         b, n, _ = x.shape
         past = 0 if cache is None else cache.seq_len
         positions = torch.arange(past, past + n, device=x.device)  # (N,), absolute positions
