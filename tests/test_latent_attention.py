@@ -206,12 +206,12 @@ def test_query_with_no_allowed_key_returns_zeros(absorbed):
     assert all(torch.isfinite(p.grad).all() for p in m.parameters() if p.grad is not None)
 
 
-@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("where", DEVICES)
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("absorbed", [False, True])
-def test_half_precision_is_finite_and_close(device, dtype, absorbed):
-    m = make(dtype=torch.float32).to(device)
-    x = 30 * torch.randn(2, 16, 32, device=device)  # large activations: big scores
+def test_half_precision_is_finite_and_close(where, dtype, absorbed):
+    m = make(dtype=torch.float32).to(where)
+    x = 30 * torch.randn(2, 16, 32, device=where)  # large activations: big scores
     want = m(x, absorbed=absorbed)
     got = m.to(dtype)(x.to(dtype), absorbed=absorbed)
     assert got.dtype == dtype and torch.isfinite(got).all()
@@ -351,3 +351,16 @@ def test_helper_errors():
         mla_cache_elements(0, 64)
     with pytest.raises(ValueError, match=r"d_v must be an int >= 1, got 0"):
         mha_cache_elements(8, 128, 0)
+
+
+def test_the_page_table_of_cache_sizes():
+    """docs/modern/latent-attention.md: DeepSeek-V3's width, 61 layers, bfloat16,
+    128k tokens: 488 GiB (MHA), 30.5 (GQA 8), 3.8 (MQA), 8.6 (MLA)."""
+    from snippets.modern.cache_size import model_cache_bytes
+
+    layers, n, gib = ["full_attention"] * 61, 131072, 2**30
+    sizes = {name: model_cache_bytes(n, layers, per_token) / gib for name, per_token in {
+        "mha": mha_cache_elements(128, 128), "gqa": mha_cache_elements(8, 128),
+        "mqa": mha_cache_elements(1, 128), "mla": mla_cache_elements(512, 64)}.items()}
+    assert [round(sizes["mha"]), round(sizes["gqa"], 1), round(sizes["mqa"], 1), round(sizes["mla"], 1)] == [488, 30.5, 3.8, 8.6]
+    assert [round(sizes[k] / sizes["mla"], 2) for k in ("gqa", "mqa")] == [3.56, 0.44]

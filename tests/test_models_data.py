@@ -117,8 +117,7 @@ def test_published_layer_counts():
     assert hook.layer_types(BY_NAME["gpt-oss-120b"]) == ["sliding_attention", "full_attention"] * 18
     gemma = hook.layer_types(BY_NAME["Gemma 3 27B"])
     assert [i for i, t in enumerate(gemma) if t == "full_attention"] == list(range(5, 62, 6))
-    assert hook.layer_types(BY_NAME["Llama 4 Scout"]) == ["chunked_attention"] * 3 * 1 + ["full_attention"] + \
-        (["chunked_attention"] * 3 + ["full_attention"]) * 11
+    assert hook.layer_types(BY_NAME["Llama 4 Scout"]) == (["chunked_attention"] * 3 + ["full_attention"]) * 12
     assert hook.layer_types(BY_NAME["Mistral 7B"]) == ["sliding_attention"] * 32
     assert hook.layer_types(BY_NAME["Qwen3 8B"]) == ["full_attention"] * 36
 
