@@ -220,10 +220,12 @@ def test_half_precision_is_finite_and_close(where, dtype, absorbed):
 
 
 def test_gradcheck_float64():
-    m = make(q_lora_rank=None, bias=True)
-    x = torch.randn(1, 4, 32, dtype=torch.float64, requires_grad=True)
-    assert torch.autograd.gradcheck(lambda t: m(t), (x,))
-    assert torch.autograd.gradcheck(lambda t: m(t, absorbed=True), (x,))
+    torch.manual_seed(0)
+    m = MultiHeadLatentAttention(8, 2, kv_lora_rank=4, q_lora_rank=None, qk_nope_head_dim=2, rope_dim=2,
+                                 v_head_dim=2, bias=True).double()
+    x = torch.randn(1, 3, 8, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda t: m(t), (x,), fast_mode=True)
+    assert torch.autograd.gradcheck(lambda t: m(t, absorbed=True), (x,), fast_mode=True)
 
 
 def test_scale_defaults_to_the_query_key_width():
