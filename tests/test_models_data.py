@@ -192,3 +192,24 @@ def test_unknown_placeholder_fails():
 
     with pytest.raises(PluginError, match=r"unknown placeholder <!-- models:table -->"):
         hook.replace_placeholders("<!-- models:table -->", MODELS)
+
+
+# --- exercises on docs/modern/models.md ------------------------------------------
+
+
+def test_exercise_smallest_caches():
+    """Exercise 1: Qwen3-Next caches least at 8k (192 MiB), Mistral 7B at 128k (512 MiB)."""
+    at_8k = {name: hook.cache_bytes(m, 8192) for name, m in BY_NAME.items()}
+    at_128k = {name: hook.cache_bytes(m, 131072) for name, m in BY_NAME.items()}
+    assert min(at_8k, key=at_8k.get) == "Qwen3-Next 80B-A3B" and at_8k["Qwen3-Next 80B-A3B"] == 192 * 2**20
+    assert min(at_128k, key=at_128k.get) == "Mistral 7B" and at_128k["Mistral 7B"] == 512 * 2**20
+    assert sorted(at_128k, key=at_128k.get)[1] == "Qwen3-Next 80B-A3B" and at_128k["Qwen3-Next 80B-A3B"] == 3 * 2**30
+
+
+def test_exercise_gemma3_at_32k():
+    """Exercise 2: 4096 numbers per global layer; 2.91 GiB at 32k tokens."""
+    gemma = BY_NAME["Gemma 3 27B"]
+    assert hook.elements_per_token(gemma) == 4096
+    size = hook.cache_bytes(gemma, 32768)
+    assert size == 4096 * (10 * 32768 + 52 * 1024) * 2
+    assert f"{size / 2**30:.2f}" == "2.91"
