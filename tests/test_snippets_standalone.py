@@ -163,6 +163,21 @@ SMOKE: dict[str, tuple[str, str]] = {
         "result = (tuple(f.shape), a, m.nope_positions(torch.tensor([[0, 5, 5, 5]]), 0).round().tolist())",
         "((64,), 1.0, [[0.0, 1.0, 2.0, 3.0]])",
     ),
+    "modern/latent_attention.py": (
+        "a = m.MultiHeadLatentAttention(16, 2, kv_lora_rank=4, q_lora_rank=6, qk_nope_head_dim=4, rope_dim=2, v_head_dim=3).double()\n"
+        "x = torch.randn(1, 5, 16, dtype=torch.float64); c = m.LatentCache(1, 4, 2, 5, dtype=torch.float64)\n"
+        "y = torch.cat([a(x[:, :3], cache=c), a(x[:, 3:4], cache=c, absorbed=True), a(x[:, 4:], cache=c, absorbed=True)], 1)\n"
+        "result = (tuple(y.shape), torch.allclose(y, a(x), atol=1e-12), c.nbytes)",
+        "((1, 5, 16), True, 240)",
+    ),
+    "modern/layer_patterns.py": (
+        "result = (m.summarize_layer_types(m.periodic_layer_types(62, 6)), m.layer_mask('chunked_attention', 2, 6, chunk=4).sum().item())",
+        "('5 sliding : 1 full (x10) + 2 sliding', 3)",
+    ),
+    "modern/cache_size.py": (
+        "result = (m.mla_cache_elements(512, 64), m.mha_cache_elements(128, 128), m.model_cache_bytes(2048, ['sliding_attention', 'full_attention'], 8, window=1024))",
+        "(576, 32768, 49152)",
+    ),
 }
 
 

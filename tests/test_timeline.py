@@ -42,3 +42,31 @@ def test_kernel_regression_is_attention():
     # without the per-key bias it is not kernel regression
     plain = F.scaled_dot_product_attention(x_new, x_known, y_known, scale=1 / h**2)
     assert not torch.allclose(plain, want)
+
+
+def _timeline_tables():
+    """{section title: [(year, row text), ...]} for each table of docs/history/timeline.md."""
+    from pathlib import Path
+    import re
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "history" / "timeline.md").read_text(encoding="utf-8")
+    tables = {}
+    for section in re.split(r"^## ", text, flags=re.M)[1:]:
+        title = section.splitlines()[0]
+        rows = [(int(m.group(1)), m.group(0)) for m in re.finditer(r"^\| (\d{4}) \|.*$", section, re.M)]
+        if rows:
+            tables[title] = rows
+    return tables
+
+
+def test_timeline_runs_to_2026_in_order():
+    tables = _timeline_tables()
+    modern = tables["The modern decoder (2023 to 2026)"]
+    assert max(year for year, _ in modern) == 2026 and min(year for year, _ in modern) == 2023
+    for title, rows in tables.items():
+        years = [year for year, _ in rows]
+        assert years == sorted(years), f"{title}: rows out of order {years}"
+        assert all("arXiv:" in row or "doi" in row.lower() or "report" in row.lower() or "Sankhy" in row
+                   for _, row in rows), title
+    for name in ("DeepSeek-V2", "Gemma 3", "gpt-oss", "Kimi K2", "DeepSeek-V4"):
+        assert any(name in row for _, row in modern), name
