@@ -16,7 +16,7 @@ rounding), each with its backward pass:
   Rajbhandari and He (2023), "DeepSpeed Ulysses: System Optimizations for
   Enabling Training of Extreme Long Sequence Transformer Models",
   arXiv:2309.14509. Autograd follows the collectives of
-  ``torch.distributed.nn.functional``.
+  two small ``torch.autograd.Function`` wrappers of the collectives.
 * All-gather KV: every rank gathers all keys and values and attends its own
   queries to them, as in the context parallelism of Llama 3 (Llama Team, AI @
   Meta (2024), "The Llama 3 Herd of Models", arXiv:2407.21783).
@@ -255,26 +255,35 @@ def _peer(group, group_rank: int) -> int:
     return group_rank if group is None else dist.get_global_rank(group, group_rank)
 
 
-def _start_pass(tensors, rank, world_size, group, send_offset=1):
+def _peer_failure(rank: int, step: int, error: Exception) -> PeerTimeoutError:
+    return PeerTimeoutError(
+        f"rank {rank}: ring step {step} received no block from its neighbour within the "
+        f"process group's timeout (did a rank die or hang?): {error}"
+    )
+
+
+def _start_pass(tensors, rank, world_size, group, step, send_offset=1):
     """Send ``tensors`` to the next rank and receive the previous rank's, in the background."""
     send_to = _peer(group, (rank + send_offset) % world_size)
     recv_from = _peer(group, (rank - send_offset) % world_size)
     received = [torch.empty_like(t) for t in tensors]
     ops = [dist.P2POp(dist.isend, t.contiguous(), send_to, group) for t in tensors]
     ops += [dist.P2POp(dist.irecv, r, recv_from, group) for r in received]
-    return dist.batch_isend_irecv(ops), received
+    try:
+        return dist.batch_isend_irecv(ops), received
+    except RuntimeError as error:  # gloo: the peer's socket is already closed
+        raise _peer_failure(rank, step, error) from error
 
 
 def _finish_pass(requests, received, rank, step):
     try:
         for request in requests:
-            request.wait()
-    except RuntimeError as error:  # gloo: timeout, or the peer's socket closed
-        raise PeerTimeoutError(
-            f"rank {rank}: ring step {step} received no block from its neighbour within the "
-            f"process group's timeout (did a rank die or hang?): {error}"
-        ) from error
+            request.wait()  # gloo raises after the group's timeout, not never
+    except RuntimeError as error:
+        raise _peer_failure(rank, step, error) from error
     return received
+
+
 # --8<-- [end:ring_pass]
 
 
@@ -285,7 +294,7 @@ def _ring_forward(q, k, v, key_mask, is_causal, scale, layout, group, work):
     block = [k, v] + ([] if key_mask is None else [key_mask.to(torch.uint8)])
     for step in range(world_size):
         if step < world_size - 1:  # send the block on before computing with it: overlap
-            pending = _start_pass(block, rank, world_size, group)
+            pending = _start_pass(block, rank, world_size, group, step)
         src = (rank - step) % world_size  # whose block we hold now
         mask = None if key_mask is None else block[2].bool()
         _ring_step_forward(state, q, block[0], block[1], mask, rank, src, world_size, layout, is_causal, scale, work)
@@ -322,7 +331,7 @@ def _ring_backward(grad_out, q, k, v, key_mask, out, lse, is_causal, scale, layo
             dk[:, :, ks] += ds.transpose(-2, -1) @ q[:, :, qs]  # (B, H, b, n) @ (B, H, n, d)
         if world_size > 1:  # after the last step only dk, dv move: one hop home
             moving = block if step < world_size - 1 else [dk, dv]
-            received = _finish_pass(*_start_pass(moving, rank, world_size, group), rank, step)
+            received = _finish_pass(*_start_pass(moving, rank, world_size, group, step), rank, step)
             block = received if step < world_size - 1 else [None, None, *received]
     return dq, block[2], block[3]
 
@@ -436,20 +445,70 @@ def _local_attention(q, k, v, q_pos, k_pos, key_mask, is_causal, scale):
 
 
 def _gather_mask(key_mask, world_size, group):
+    """All ranks' bool key masks, in rank order (no gradient)."""
     if key_mask is None or world_size == 1:
         return key_mask
     pieces = [torch.empty_like(key_mask, dtype=torch.uint8) for _ in range(world_size)]
-    dist.all_gather(pieces, key_mask.to(torch.uint8).contiguous(), group=group)  # no gradient
+    dist.all_gather(pieces, key_mask.to(torch.uint8).contiguous(), group=group)
     return [p.bool() for p in pieces]
 
 
-# --8<-- [start:ulysses]
-def _all_to_all(pieces: list[torch.Tensor], group) -> list[torch.Tensor]:
-    """Send pieces[j] to rank j; get back rank j's piece for us, with autograd."""
-    from torch.distributed.nn.functional import all_to_all
+# --8<-- [start:collectives]
+class _AllToAll(torch.autograd.Function):
+    """x is (P, ...): piece j goes to rank j, piece j of the result came from rank j.
 
-    received = [torch.empty_like(p) for p in pieces]
-    return list(all_to_all(received, [p.contiguous() for p in pieces], group=group or dist.group.WORLD))
+    The exchange is its own adjoint: the gradient goes back by the same swap.
+    """
+
+    @staticmethod
+    def forward(ctx, x, group):
+        ctx.group = group
+        x = x.contiguous()  # empty_like keeps a permuted tensor's strides: fix them first
+        out = torch.empty_like(x)
+        dist.all_to_all_single(out, x, group=group)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        return _AllToAll.apply(grad.contiguous(), ctx.group), None
+
+
+class _AllGather(torch.autograd.Function):
+    """(...) on each rank -> (P, ...) everywhere; backward sums each rank's
+    gradient for a shard back onto its owner (a reduce-scatter, written as an
+    all-to-all and a sum because gloo has no reduce-scatter)."""
+
+    @staticmethod
+    def forward(ctx, x, group):
+        ctx.group = group
+        pieces = [torch.empty_like(x) for _ in range(dist.get_world_size(group))]
+        dist.all_gather(pieces, x.contiguous(), group=group)
+        return torch.stack(pieces)
+
+    @staticmethod
+    def backward(ctx, grad):
+        grad = grad.contiguous()
+        received = torch.empty_like(grad)
+        dist.all_to_all_single(received, grad, group=ctx.group)
+        return received.sum(dim=0), None
+# --8<-- [end:collectives]
+
+
+# --8<-- [start:ulysses]
+def _seq_to_heads(x: torch.Tensor, world_size: int, group) -> torch.Tensor:
+    """(..., B, H, n, d) sequence shard -> (..., B, H/P, N, d) head shard."""
+    *lead, b, h, n, d = x.shape
+    x = x.reshape(*lead, b, world_size, h // world_size, n, d).movedim(-4, 0)  # (P, ..., B, H/P, n, d)
+    x = _AllToAll.apply(x, group)  # piece j now holds rank j's tokens of our heads
+    return x.movedim(0, -3).reshape(*lead, b, h // world_size, world_size * n, d)
+
+
+def _heads_to_seq(x: torch.Tensor, world_size: int, group) -> torch.Tensor:
+    """(B, H/P, N, d) head shard -> (B, H, n, d) sequence shard."""
+    b, h_local, n_total, d = x.shape
+    x = x.reshape(b, h_local, world_size, n_total // world_size, d).movedim(2, 0)  # (P, B, H/P, n, d)
+    x = _AllToAll.apply(x, group)  # piece j now holds our tokens of rank j's heads
+    return x.movedim(0, 1).reshape(b, world_size * h_local, n_total // world_size, d)
 
 
 def ulysses_attention(
@@ -477,17 +536,16 @@ def ulysses_attention(
         )
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     if world_size == 1:
-        heads = (q, k, v)
-    else:  # (B, H, n, d) -> P pieces (B, H/P, n, d) -> received, joined on tokens -> (B, H/P, N, d)
-        heads = [torch.cat(_all_to_all(list(x.chunk(world_size, dim=1)), group), dim=2) for x in (q, k, v)]
-    masks = _gather_mask(key_padding_mask, world_size, group)
-    full_mask = masks if not isinstance(masks, list) else torch.cat(masks, dim=1)  # (B, N)
-    positions = torch.arange(heads[0].shape[2])
-    out = _local_attention(*heads, positions, positions, full_mask, is_causal, scale)  # (B, H/P, N, d)
-    if world_size == 1:
-        return out
-    # (B, H/P, N, d) -> P token pieces (B, H/P, n, d) -> received, joined on heads -> (B, H, n, d)
-    return torch.cat(_all_to_all(list(out.chunk(world_size, dim=2)), group), dim=1)
+        return _local_attention(q, k, v, torch.arange(q.shape[2]), torch.arange(q.shape[2]),
+                                key_padding_mask, is_causal, scale)
+    # One collective for q, k and v: separate ones could run their backward
+    # passes in a different order on different ranks and swap gradients.
+    q, k, v = _seq_to_heads(torch.stack([q, k, v]), world_size, group)  # 3 x (B, H/P, N, d)
+    mask = _gather_mask(key_padding_mask, world_size, group)
+    mask = None if mask is None else torch.cat(mask, dim=1)  # (B, N)
+    positions = torch.arange(q.shape[2])
+    out = _local_attention(q, k, v, positions, positions, mask, is_causal, scale)  # (B, H/P, N, d)
+    return _heads_to_seq(out, world_size, group)  # (B, H, n, d)
 # --8<-- [end:ulysses]
 
 
@@ -505,20 +563,18 @@ def allgather_kv_attention(
 ) -> torch.Tensor:
     """Gather every rank's keys and values, attend this rank's queries to all.
 
-    The gradient of the gather sums each rank's contribution back to the
-    rank that owns the keys (``torch.distributed.nn.functional.all_gather``).
+    The gather's backward sums every rank's gradient for a key/value shard
+    back onto the rank that owns it.
     """
     rank, world_size = _world(group)
     _check_shards(q, k, v, key_padding_mask, layout, world_size)
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    mask = key_padding_mask
     if world_size > 1:
-        from torch.distributed.nn.functional import all_gather
-
-        g = group or dist.group.WORLD
-        k = unshard_sequence(list(all_gather(k.contiguous(), group=g)), layout, dim=2)  # (B, H, N, d)
-        v = unshard_sequence(list(all_gather(v.contiguous(), group=g)), layout, dim=2)
-    masks = _gather_mask(key_padding_mask, world_size, group)
-    full_mask = masks if not isinstance(masks, list) else unshard_sequence(masks, layout, dim=1)
+        kv = _AllGather.apply(torch.stack([k, v]), group)  # (P, 2, B, H, n, d), one collective
+        k, v = unshard_sequence(list(kv.unbind(0)), layout, dim=-2)  # 2 x (B, H, N, d)
+        masks = _gather_mask(key_padding_mask, world_size, group)
+        mask = None if masks is None else unshard_sequence(masks, layout, dim=1)  # (B, N)
     q_pos = shard_positions(q.shape[2], rank, world_size, layout)
-    return _local_attention(q, k, v, q_pos, torch.arange(k.shape[2]), full_mask, is_causal, scale)
+    return _local_attention(q, k, v, q_pos, torch.arange(k.shape[2]), mask, is_causal, scale)
 # --8<-- [end:allgather]
