@@ -143,6 +143,13 @@ SMOKE: dict[str, tuple[str, str]] = {
         "x = torch.randn(1, 1, 6, 4); result = tuple(m.sliding_window_attention(x, x, x, 2).shape)",
         "(1, 1, 6, 4)",
     ),
+    "distributed/context_parallel.py": (
+        "x = torch.randn(1, 2, 6, 4, dtype=torch.float64)\n"
+        "ref = torch.nn.functional.scaled_dot_product_attention(x, x, x, is_causal=True)\n"
+        "result = [torch.allclose(f(x, x, x, is_causal=True), ref) for f in "
+        "(m.ring_attention, m.ulysses_attention, m.allgather_kv_attention)]",
+        "[True, True, True]",
+    ),
     "efficiency/linear_attention.py": (
         "x = torch.randn(1, 1, 6, 4); result = tuple(m.linear_attention(x, x, x, causal=True).shape)",
         "(1, 1, 6, 4)",
