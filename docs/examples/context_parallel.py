@@ -80,7 +80,7 @@ plt.show()
 # entries of each. Those counts, measured by the code at $N = 64P$:
 
 # %%
-# alt: Bar chart of score entries computed per rank, relative to the mean, for P = 4 and P = 8. Contiguous bars rise linearly from rank 0 to rank P - 1, the last rank doing about twice the mean; zigzag bars are all exactly at the mean.
+# alt: Bar chart of score entries computed per rank, relative to the mean, for P = 4 and P = 8. Contiguous bars rise linearly from rank 0 to rank P - 1, the last rank doing 1.6 times the mean at P = 4 and 1.8 times at P = 8; zigzag bars are all exactly at the mean.
 fig, axes = plt.subplots(1, 2, figsize=(8.4, 3.2), sharey=True)
 for ax, P in zip(axes, (4, 8)):
     for offset, layout in ((-0.2, "contiguous"), (0.2, "zigzag")):
@@ -113,7 +113,7 @@ plt.show()
 # $H = 64$, $H_{kv} = 8$, $d = 128$, bfloat16, $N = 131072$:
 
 # %%
-# alt: Log-log plot of forward bytes sent per device per layer against P from 2 to 1024. The ring and all-gather lines are identical and level off near 2 N H_kv d s, about 537 MB; the Ulysses line falls like 1 / P, starting at about 2.7 GB for P = 2 and crossing below the ring near P = 8.
+# alt: Log-log plot of forward bytes sent per device per layer against P from 2 to 1024. The ring and all-gather lines are identical and level off near 2 N H_kv d s, about 537 MB; the Ulysses line, drawn up to P = H = 64, falls like 1 / P from about 1.2 GB at P = 2 and crosses below the ring between P = 8 and P = 16.
 def forward_bytes(scheme, n, h, h_kv, d, P, s):
     if scheme == "ulysses":
         return (P - 1) / P * (n / P) * (2 * h + 2 * h_kv) * d * s
@@ -123,7 +123,8 @@ def forward_bytes(scheme, n, h, h_kv, d, P, s):
 Ps = [2, 4, 8, 16, 32, 64, 128, 256, 512, 1024]
 fig, ax = plt.subplots(figsize=(5.6, 3.4))
 for scheme, style in (("ring", "-o"), ("allgather", "--"), ("ulysses", "-s")):
-    ax.loglog(Ps, [forward_bytes(scheme, 131072, 64, 8, 128, P, 2) for P in Ps], style, label=scheme, base=2)
+    ps = [P for P in Ps if scheme != "ulysses" or P <= 64]  # Ulysses needs P to divide H
+    ax.loglog(ps, [forward_bytes(scheme, 131072, 64, 8, 128, P, 2) for P in ps], style, label=scheme, base=2)
 ax.set_xlabel("P (devices)")
 ax.set_ylabel("bytes sent per device per layer")
 ax.set_title("forward pass, N = 131072, H = 64, H_kv = 8, d = 128, bf16")
@@ -132,8 +133,8 @@ fig.tight_layout()
 plt.show()
 
 # %% [markdown]
-# Ulysses needs $H \ge P$ (here it cannot go past $P = 64$ without splitting
-# heads), and its bytes shrink with $P$; the ring's stay near $2 N H_{kv} d s$
+# Ulysses needs $P$ to divide $H$ (here it cannot go past $P = 64$ without
+# splitting heads), and its bytes shrink with $P$; the ring's stay near $2 N H_{kv} d s$
 # however many devices share them, but they travel one hop at a time and can
 # hide behind compute.
 #
