@@ -15,8 +15,10 @@ rounding), each with its backward pass:
   and a second all-to-all turns it back. Jacobs, Tanaka, Zhang, Zhang, Song,
   Rajbhandari and He (2023), "DeepSpeed Ulysses: System Optimizations for
   Enabling Training of Extreme Long Sequence Transformer Models",
-  arXiv:2309.14509. Autograd follows the collectives of
-  two small ``torch.autograd.Function`` wrappers of the collectives.
+  arXiv:2309.14509. Autograd follows the collectives through two small
+  ``torch.autograd.Function`` wrappers (``torch.distributed.nn.functional``
+  has such wrappers too, but warns that its ``all_gather`` is deprecated in
+  torch 2.13).
 * All-gather KV: every rank gathers all keys and values and attends its own
   queries to them, as in the context parallelism of Llama 3 (Llama Team, AI @
   Meta (2024), "The Llama 3 Herd of Models", arXiv:2407.21783).
