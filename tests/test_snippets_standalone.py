@@ -154,6 +154,13 @@ SMOKE: dict[str, tuple[str, str]] = {
         "result = (c.block_table(s), tuple(c.gather(s)[0].shape))",
         "([0, 1], (1, 3, 2))",
     ),
+    "distributed/context_parallel.py": (
+        "x = torch.randn(1, 2, 6, 4, dtype=torch.float64)\n"
+        "ref = torch.nn.functional.scaled_dot_product_attention(x, x, x, is_causal=True)\n"
+        "result = [torch.allclose(f(x, x, x, is_causal=True), ref) for f in "
+        "(m.ring_attention, m.ulysses_attention, m.allgather_kv_attention)]",
+        "[True, True, True]",
+    ),
     "efficiency/linear_attention.py": (
         "x = torch.randn(1, 1, 6, 4); result = tuple(m.linear_attention(x, x, x, causal=True).shape)",
         "(1, 1, 6, 4)",
