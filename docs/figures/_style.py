@@ -162,7 +162,10 @@ class Style:
 
 
 def _short_number(value: float, _position=None) -> str:
-    for limit, suffix in ((2**30, "G"), (2**20, "M"), (2**10, "k")):
-        if value >= limit and value % limit == 0:
-            return f"{value / limit:g}{suffix}"
-    return f"{value:g}"
+    """1k, 64k, 1M for powers of two (sizes); three digits for anything else."""
+    whole = int(value)
+    if whole == value and whole >= 1024 and whole & (whole - 1) == 0:
+        for limit, suffix in ((2**30, "G"), (2**20, "M"), (2**10, "k")):
+            if whole >= limit:
+                return f"{whole // limit}{suffix}"
+    return f"{value:.3g}"

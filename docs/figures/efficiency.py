@@ -14,7 +14,7 @@ from snippets.efficiency.tiled import online_softmax
 def online_softmax_tiles(s):
     """Key blocks of one score row: the running maximum and normaliser, block by block."""
     g = torch.Generator().manual_seed(11)
-    row = torch.randn(16, generator=g) * 2
+    row = torch.randn(16, generator=g)
     block = 4
     running_max, running_sum = [], []
     m, l = float("-inf"), 0.0
@@ -27,17 +27,17 @@ def online_softmax_tiles(s):
         running_sum.append(l)
     weights = online_softmax(row, block_size=block)
     assert torch.allclose(weights, torch.softmax(row, dim=-1), atol=1e-6)
-    fig, axes = s.figure(7.4, 3.0, nrows=2, adjust={"left": 0.1, "bottom": 0.14, "top": 0.9, "hspace": 0.7},
-                         gridspec_kw={"height_ratios": [1.3, 1]})
+    fig, axes = s.figure(7.4, 3.6, nrows=2, adjust={"left": 0.08, "bottom": 0.12, "top": 0.92, "hspace": 0.45},
+                         gridspec_kw={"height_ratios": [1.6, 1]})
     ax = axes[0]
     for b in range(4):
-        ax.add_patch(Rectangle((b * block - 0.5, -7), block, 14, facecolor=s.accents[b], alpha=0.15, linewidth=0))
+        ax.add_patch(Rectangle((b * block - 0.5, -3.5), block, 7, facecolor=s.accents[b], alpha=0.15, linewidth=0))
         ax.hlines(running_max[b], b * block - 0.5, 15.5, colors=s.accents[b], linestyles="--", linewidth=1)
-        ax.text(b * block + 1.5, 6.2, f"block {b}: m={running_max[b]:.1f}, l={running_sum[b]:.1f}",
-                ha="center", fontsize=6.5, color=s.ink)
+        ax.text(b * block + 1.5, -3.4, f"block {b}\nm = {running_max[b]:.2f}\nl = {running_sum[b]:.2f}",
+                ha="center", va="bottom", fontsize=6.5, color=s.ink)
     ax.bar(range(16), row, color=s.muted, width=0.7)
     ax.set_xlim(-0.5, 15.5)
-    ax.set_ylim(-7, 7.2)
+    ax.set_ylim(-3.5, 3.5)
     ax.set_title("scores of one query, read 4 keys at a time: running max m and sum l")
     axes[1].bar(range(16), weights, color=s.a, width=0.7)
     axes[1].set_xlim(-0.5, 15.5)
