@@ -833,6 +833,12 @@ FIGURE_BOXES = """() => {
 }"""
 
 
+# The fragments of the drawn figures a reader sees: one copy per palette.
+DRAWN_SHOWN = """() => [...document.querySelectorAll('.md-content img.fg-drawn')]
+  .filter(img => img.checkVisibility() && img.getBoundingClientRect().width > 0)
+  .map(img => img.getAttribute('src').split('#')[1])"""
+
+
 @pytest.mark.parametrize("scheme", ["light", "dark"])
 @pytest.mark.parametrize("viewport", [DESKTOP, PHONE], ids=["desktop", "phone"])
 def test_figures_fit_their_container(browser, base_url, pages, scheme, viewport):
@@ -842,6 +848,10 @@ def test_figures_fit_their_container(browser, base_url, pages, scheme, viewport)
         for path in FIGURE_PAGES:
             assert path in pages, path
             open_page(page, base_url + path)
+            shown = page.evaluate(DRAWN_SHOWN)
+            wanted = {"light": "only-light", "dark": "only-dark"}[scheme]
+            if path.startswith(("foundations/", "attention/")) and (not shown or set(shown) != {wanted}):
+                problems.append(f"{path}: drawn figures shown in the {scheme} palette: {shown}")
             for box in page.evaluate(FIGURE_BOXES):
                 seen += 1
                 slack = 0.5
