@@ -176,11 +176,27 @@ def render_all(docs_dir: pathlib.Path, root: pathlib.Path) -> dict[str, pathlib.
                 svgs[f"{script.stem}/{fname}-{palette}"] = target / f"{fname}-{palette}.svg"
     if failures:
         raise PluginError(f"{len(failures)} figure(s) failed: " + "; ".join(failures))
+    _prune(cache, {path.parent for path in svgs.values()})
     log.info(
         "figures: %d of %d scripts drawn (%d cached), %d SVG files, in %.1f s",
         drawn, len(scripts), len(scripts) - drawn, len(svgs), time.perf_counter() - started,
     )
     return svgs
+
+
+STALE_AFTER_S = 7 * 24 * 3600
+
+
+def _prune(cache: pathlib.Path, wanted: set[pathlib.Path]) -> None:
+    """Drop drawings no build has used for a week. Not sooner: builds of other
+    branches may share the cache, and deleting what one of them is about to
+    copy would break it."""
+    now = time.time()
+    for folder in cache.iterdir():
+        if folder in wanted:
+            os.utime(folder)  # used now
+        elif folder.is_dir() and now - folder.stat().st_mtime > STALE_AFTER_S:
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 # ----------------------------------------------------------------------------

@@ -861,7 +861,7 @@ def test_figures_fit_their_container(browser, base_url, pages, scheme, viewport)
     finally:
         context.close()
     assert seen >= len(FIGURE_PAGES), f"only {seen} figures found"
-    assert not problems, f"figures wider than their container ({scheme}, {viewport['width']} px): {problems}"
+    assert not problems, f"figures outside their container or in the wrong palette ({scheme}, {viewport['width']} px): {problems}"
 
 
 WIDE_MATH = """() => [...document.querySelectorAll('.md-content .katex-display')].map(el => {
