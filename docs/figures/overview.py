@@ -16,7 +16,7 @@ def guide_map(s):
         ("Efficiency", ["tiles, online softmax", "KV cache", "windows, linear", "backends"], s.d),
         ("History", ["Bahdanau, Luong", "BERT, GPT", "timeline"], s.muted),
     ]
-    fig, ax = s.canvas(7.6, 2.6, xlim=(0, 20), ylim=(0, 6.6))
+    fig, ax = s.canvas(7.6, 2.0, xlim=(0, 20), ylim=(1.0, 6.2))
     for k, (name, pages, colour) in enumerate(parts):
         x = 2.0 + k * 4.0
         s.box(ax, x, 5.6, 3.4, 0.9, name, colour=colour, filled=True, weight="bold")
