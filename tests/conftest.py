@@ -59,7 +59,7 @@ DEVICES_ENV = "FIELD_GUIDE_TEST_DEVICES"
 # they run once, on the CPU.
 HOST_ONLY = {
     "test_site", "test_browser", "test_setup", "test_snippets_standalone",
-    "test_references", "test_timeline", "test_device",
+    "test_references", "test_timeline", "test_device", "test_figures",
     "test_context_parallel",  # gloo processes on the CPU
 }
 

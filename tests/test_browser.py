@@ -214,6 +214,9 @@ IMAGES_JS = """async () => {
     alt: img.getAttribute("alt"),
     shown: img.checkVisibility() && img.getBoundingClientRect().width > 0,
     folded: !!img.closest("details:not([open]), .tabbed-block"),
+    // Drawn figures come twice, one per palette (#only-light / #only-dark).
+    palette: (img.getAttribute("src").match(/#only-(light|dark)$/) || [])[1] || null,
+    scheme: document.body.getAttribute("data-md-color-scheme"),
   }));
 }"""
 
@@ -514,7 +517,11 @@ def test_figures_load_and_say_what_they_show(page_reports):
             alt = (img["alt"] or "").strip()
             if img["width"] == 0:
                 found.append(f"not loaded: {img['src']}")
-            if not img["shown"] and not img["folded"]:
+            other = {"default": "dark", "slate": "light"}.get(img.get("scheme"))
+            if img.get("palette") is not None and img["palette"] == other:
+                if img["shown"]:
+                    found.append(f"shown in the wrong palette: {img['src']}")
+            elif not img["shown"] and not img["folded"]:
                 found.append(f"not visible: {img['src']}")
             if len(alt) <= 20 or PLACEHOLDER_ALT in alt:
                 found.append(f"alt text {alt!r} does not say what {img['src']} shows")
@@ -797,3 +804,102 @@ def test_offline_build_reads_from_the_file_system(browser, offline_site):
         print(f"\noffline: file:// page typeset ({math['katex']} formulas), search found {len(results)} pages")
     finally:
         context.close()
+
+
+# ----------------------------------------------------------------------------
+# Figures and equations stay inside their column
+# ----------------------------------------------------------------------------
+FIGURE_PAGES = [
+    "examples/scaled_dot_product/",  # notebook figures on a white card in the dark palette
+    "examples/tiny_bert/",  # the widest figure of the site
+    "foundations/masks/",  # figures drawn by hooks/figures.py
+]
+WIDE_MATH_PAGES = ["foundations/scaled-dot-product/", "efficiency/tiled-attention/", "attention/rotary/"]
+
+# Every visible figure: its box, its parent's, the text column's, and the
+# layout viewport's (clientWidth excludes a scroll bar; innerWidth does not).
+FIGURE_BOXES = """() => {
+  const column = document.querySelector('.md-content__inner').getBoundingClientRect();
+  return [...document.querySelectorAll('.md-content img')]
+    .filter(img => img.offsetParent !== null && img.getBoundingClientRect().width > 0)
+    .map(img => {
+      const box = img.getBoundingClientRect();
+      const parent = img.parentElement.getBoundingClientRect();
+      return {src: img.getAttribute('src').slice(0, 60), left: box.left, right: box.right,
+              parentLeft: parent.left, parentRight: parent.right,
+              columnLeft: column.left, columnRight: column.right,
+              viewport: document.documentElement.clientWidth};
+    });
+}"""
+
+
+# The fragments of the drawn figures a reader sees: one copy per palette.
+DRAWN_SHOWN = """() => [...document.querySelectorAll('.md-content img.fg-drawn')]
+  .filter(img => img.checkVisibility() && img.getBoundingClientRect().width > 0)
+  .map(img => img.getAttribute('src').split('#')[1])"""
+
+
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+@pytest.mark.parametrize("viewport", [DESKTOP, PHONE], ids=["desktop", "phone"])
+def test_figures_fit_their_container(browser, base_url, pages, scheme, viewport):
+    context, page, guard = new_page(browser, scheme=scheme, viewport=viewport)
+    problems, seen = [], 0
+    try:
+        for path in FIGURE_PAGES:
+            assert path in pages, path
+            open_page(page, base_url + path)
+            shown = page.evaluate(DRAWN_SHOWN)
+            wanted = {"light": "only-light", "dark": "only-dark"}[scheme]
+            if path.startswith(("foundations/", "attention/")) and (not shown or set(shown) != {wanted}):
+                problems.append(f"{path}: drawn figures shown in the {scheme} palette: {shown}")
+            for box in page.evaluate(FIGURE_BOXES):
+                seen += 1
+                slack = 0.5
+                if (box["right"] > min(box["parentRight"], box["columnRight"], box["viewport"]) + slack
+                        or box["left"] < max(box["parentLeft"], box["columnLeft"], 0) - slack):
+                    problems.append(f"{path} {box}")
+    finally:
+        context.close()
+    assert seen >= len(FIGURE_PAGES), f"only {seen} figures found"
+    assert not problems, f"figures outside their container or in the wrong palette ({scheme}, {viewport['width']} px): {problems}"
+
+
+WIDE_MATH = """() => [...document.querySelectorAll('.md-content .katex-display')].map(el => {
+  // The box that scrolls: the display itself or Material's .arithmatex wrapper.
+  let scroller = el;
+  while (scroller && !['auto', 'scroll'].includes(getComputedStyle(scroller).overflowX)) {
+    scroller = scroller.parentElement.closest('.katex-display, .arithmatex');
+  }
+  const math = el.querySelector('.katex-html') || el;
+  const wide = math.scrollWidth > (scroller || el).clientWidth + 1;
+  let scrolled = 0, right = 0;
+  if (scroller) {
+    scroller.scrollLeft = 1e6;
+    scrolled = scroller.scrollLeft;
+    scroller.scrollLeft = 0;
+    right = scroller.getBoundingClientRect().right;
+  }
+  return {wide, scrolls: !!scroller && scrolled > 0, right, viewport: document.documentElement.clientWidth,
+          text: el.textContent.slice(0, 40)};
+})"""
+
+
+def test_wide_equations_scroll_on_a_phone(browser, base_url, pages):
+    context, page, guard = new_page(browser, viewport=PHONE)
+    wide, problems = 0, []
+    try:
+        for path in WIDE_MATH_PAGES:
+            assert path in pages, path
+            open_page(page, base_url + path)
+            page.wait_for_selector(".katex-display")
+            for eq in page.evaluate(WIDE_MATH):
+                if eq["right"] > eq["viewport"] + 0.5:
+                    problems.append(f"{path}: the box of {eq['text']!r} reaches past the screen")
+                if eq["wide"]:
+                    wide += 1
+                    if not eq["scrolls"]:
+                        problems.append(f"{path}: {eq['text']!r} is wider than the screen and does not scroll")
+    finally:
+        context.close()
+    assert wide > 0, "no display equation is wider than a phone here: the test checks nothing"
+    assert not problems, problems

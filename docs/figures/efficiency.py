@@ -1,0 +1,148 @@
+"""Figures of the efficiency pages, computed with the snippets they teach."""
+
+from __future__ import annotations
+
+import torch
+from matplotlib.patches import Rectangle
+
+from snippets.efficiency.kv_cache import kv_cache_bytes
+from snippets.efficiency.linear_attention import feature_map
+from snippets.efficiency.sliding_window import sliding_window_mask
+from snippets.efficiency.tiled import online_softmax
+
+
+def online_softmax_tiles(s):
+    """Key blocks of one score row: the running maximum and normaliser, block by block."""
+    g = torch.Generator().manual_seed(11)
+    row = torch.randn(16, generator=g)
+    block = 4
+    running_max, running_sum = [], []
+    m, l = float("-inf"), 0.0
+    for start in range(0, 16, block):
+        chunk = row[start:start + block]
+        new_m = max(m, float(chunk.max()))
+        l = l * float(torch.exp(torch.tensor(m - new_m))) + float(torch.exp(chunk - new_m).sum())
+        m = new_m
+        running_max.append(m)
+        running_sum.append(l)
+    weights = online_softmax(row, block_size=block)
+    assert torch.allclose(weights, torch.softmax(row, dim=-1), atol=1e-6)
+    fig, axes = s.figure(7.4, 3.6, nrows=2, adjust={"left": 0.08, "bottom": 0.12, "top": 0.92, "hspace": 0.45},
+                         gridspec_kw={"height_ratios": [1.6, 1]})
+    ax = axes[0]
+    for b in range(4):
+        ax.add_patch(Rectangle((b * block - 0.5, -3.5), block, 7, facecolor=s.accents[b], alpha=0.15, linewidth=0))
+        ax.hlines(running_max[b], b * block - 0.5, 15.5, colors=s.accents[b], linestyles="--", linewidth=1)
+        ax.text(b * block + 1.5, -3.4, f"block {b}\nm = {running_max[b]:.2f}\nl = {running_sum[b]:.2f}",
+                ha="center", va="bottom", fontsize=6.5, color=s.ink)
+    ax.bar(range(16), row, color=s.muted, width=0.7)
+    ax.set_xlim(-0.5, 15.5)
+    ax.set_ylim(-3.5, 3.5)
+    ax.set_title("scores of one query, read 4 keys at a time: running max m and sum l")
+    axes[1].bar(range(16), weights, color=s.a, width=0.7)
+    axes[1].set_xlim(-0.5, 15.5)
+    axes[1].set_title("online_softmax(block_size=4) = softmax, from one pass")
+    axes[1].set_xlabel("key j")
+    return fig
+
+
+def kv_cache_growth(s):
+    """Each decoding step appends one key and value; the cache grows by one column."""
+    fig, axes = s.figure(7.4, 2.8, ncols=2, gridspec_kw={"width_ratios": [1.2, 1]},
+                         adjust={"left": 0.06, "bottom": 0.18, "top": 0.88, "wspace": 0.35})
+    ax = axes[0]
+    prompt, steps = 3, 4
+    for t in range(steps):
+        y = steps - 1 - t
+        for j in range(prompt + t + 1):
+            new = j == prompt + t
+            ax.add_patch(Rectangle((j, y + 0.1), 0.9, 0.8, facecolor=s.b if new else s.a,
+                                   alpha=1.0 if new else 0.55, edgecolor="none"))
+        ax.text(-0.3, y + 0.5, f"step {t}", ha="right", va="center", fontsize=8, color=s.ink)
+    ax.set_xlim(-1.8, prompt + steps + 0.2)
+    ax.set_ylim(-0.1, steps + 0.1)
+    ax.axis("off")
+    ax.set_title("cached keys (blue) + the new token's (orange)")
+    lengths = [512 * 2**i for i in range(8)]
+    for n_kv, colour in ((32, s.a), (8, s.c), (1, s.b)):
+        gib = [kv_cache_bytes(1, m, 32, n_kv, 128) / 2**30 for m in lengths]
+        axes[1].plot(lengths, gib, "o-", color=colour, markersize=3, label=f"H_kv = {n_kv}")
+    s.log_axes(axes[1])
+    axes[1].set_xlabel("tokens in the cache (M)")
+    axes[1].set_ylabel("GiB, fp16")
+    axes[1].set_title("32 layers, d = 128, B = 1")
+    axes[1].legend(fontsize=7)
+    return fig
+
+
+def window_receptive_field(s):
+    """A window of w keys per layer: after L layers a token sees L (w - 1) + 1 positions."""
+    n, w = 12, 3
+    mask = sliding_window_mask(n, w)  # (N, N), True = may attend
+    reach = mask.clone()
+    fig, axes = s.figure(7.4, 2.7, ncols=3, adjust={"left": 0.05, "top": 0.72, "bottom": 0.03})
+    for layers, ax in zip((1, 2, 3), axes):
+        if layers > 1:
+            reach = (reach.int() @ mask.int()) > 0  # information flows through one more layer
+        s.mask_grid(ax, reach, f"after {layers} layer{'s' if layers > 1 else ''}: "
+                    f"{layers * (w - 1) + 1} positions", colour=s.accents[layers - 1], xlabel="", ylabel="")
+        ax.tick_params(labelsize=5.5)
+    fig.text(0.5, 0.99, f"sliding_window_mask(N = {n}, w = {w}), composed layer after layer",
+             ha="center", va="top", color=s.muted, fontsize=8)
+    return fig
+
+
+def linear_cost(s):
+    """Linear attention: a positive feature map, and work that grows like N, not N squared."""
+    fig, axes = s.figure(7.4, 2.5, ncols=2, adjust={"left": 0.08, "bottom": 0.2, "top": 0.88, "wspace": 0.3})
+    x = torch.linspace(-4, 3, 100)
+    axes[0].plot(x, feature_map(x), color=s.a, label="φ(x) = elu(x) + 1")
+    axes[0].plot(x, x.exp().clamp(max=4.2), color=s.b, linestyle="--", label="exp(x)")
+    axes[0].axhline(0, color=s.muted, linewidth=0.8)
+    axes[0].set_ylim(-0.5, 4.2)
+    axes[0].legend(fontsize=7)
+    axes[0].set_title("the feature map stays positive")
+    d = 64
+    ns = [2**i for i in range(7, 16)]
+    axes[1].plot(ns, [2 * n * n * d for n in ns], "o-", color=s.b, markersize=3, label="softmax: (QKᵀ)V, 2N²d")
+    axes[1].plot(ns, [2 * n * d * d for n in ns], "o-", color=s.a, markersize=3, label="linear: Q(KᵀV), 2Nd²")
+    s.log_axes(axes[1], base=10)
+    axes[1].set_xlabel("sequence length N (d = 64)")
+    axes[1].set_ylabel("multiply-adds")
+    axes[1].legend(fontsize=7)
+    axes[1].set_title("order of the products")
+    return fig
+
+
+def backend_memory(s):
+    """The explicit path stores the (N, M) weights; a fused kernel keeps only tiles."""
+    ns = [2**i for i in range(8, 16)]
+    batch, heads, d = 1, 16, 64
+    fig, ax = s.figure(5.6, 2.5, adjust={"left": 0.13, "bottom": 0.2, "top": 0.88})
+    ax.plot(ns, [batch * heads * n * n * 4 / 2**20 for n in ns], "o-", color=s.b, markersize=3,
+            label="weights (B, H, N, N), float32: math backend")
+    ax.plot(ns, [batch * heads * n * d * 4 / 2**20 for n in ns], "o-", color=s.a, markersize=3,
+            label="output (B, H, N, d): all a fused kernel keeps")
+    s.log_axes(ax)
+    ax.set_xlabel("sequence length N = M (B = 1, H = 16, d = 64)")
+    ax.set_ylabel("MiB")
+    ax.legend(fontsize=7)
+    return fig
+
+
+def cost_slopes(s):
+    """On log-log axes, cost O(N^a) is a line of slope a: what the benchmark fits."""
+    ns = [2**i for i in range(8, 15)]
+    d, w = 64, 256
+    fig, ax = s.figure(5.6, 2.6, adjust={"left": 0.13, "bottom": 0.2, "top": 0.9})
+    for label, cost, colour in (
+        ("explicit or tiled: N²d (slope 2)", lambda n: n * n * d, s.b),
+        (f"sliding window w = {w}: N·min(N, w)·d (slope 1 for N > w)", lambda n: n * min(n, w) * d, s.c),
+        ("linear attention: N d² (slope 1)", lambda n: n * d * d, s.a),
+    ):
+        ax.plot(ns, [cost(n) for n in ns], "o-", color=colour, markersize=3, label=label)
+    s.log_axes(ax)
+    ax.set_xlabel("N")
+    ax.set_ylabel("multiply-adds per head")
+    ax.legend(fontsize=7)
+    return fig
