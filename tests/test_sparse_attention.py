@@ -8,16 +8,16 @@ import torch.nn.functional as F
 from torch.testing import assert_close
 
 from snippets.linear.sparse import (
-    causal_mask,
+    causal_keys,
     compressed_attention,
     dense_decode_cost,
     dsa_decode_cost,
     lightning_indexer,
-    masked_attention,
+    attend_masked,
     nsa_attention,
     nsa_decode_cost,
     selection_mask,
-    sliding_window_mask,
+    window_keys,
     topk_mask,
     topk_sparse_attention,
 )
@@ -36,7 +36,7 @@ def _qkv(b=2, h=3, n=37, m=None, d=8, dtype=torch.float64, seed=0):
 
 def dense(q, k, v):
     n, m = q.shape[2], k.shape[2]
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=causal_mask(n, m, q.device))
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=causal_keys(n, m, q.device))
 
 
 @pytest.mark.parametrize("n, m", [(37, 37), (5, 37)])
@@ -50,7 +50,7 @@ def test_topk_keeping_every_key_is_dense_attention(n, m):
 def test_topk_keeps_the_highest_scores_among_visible_keys():
     scores = torch.randn(2, 20, 20, dtype=torch.float64)
     mask = topk_mask(scores, 5)
-    allowed = causal_mask(20, 20)
+    allowed = causal_keys(20, 20)
     assert not (mask & ~allowed).any(), "a future key was selected"
     assert (mask.sum(-1) == torch.clamp(torch.arange(1, 21), max=5)).all()
     for i in range(5, 20):
@@ -90,7 +90,7 @@ def test_selection_of_every_block_is_dense_attention(n, m):
     q, k, v = _qkv(n=n, m=m)
     _, weights = compressed_attention(q, k, v, 4)
     mask = selection_mask(weights, n, m, 4, n_select=100)
-    assert_close(masked_attention(q, k, v, mask.unsqueeze(1)), dense(q, k, v), **F64)
+    assert_close(attend_masked(q, k, v, mask.unsqueeze(1)), dense(q, k, v), **F64)
 
 
 def test_selection_always_keeps_the_querys_own_block():
@@ -98,16 +98,16 @@ def test_selection_always_keeps_the_querys_own_block():
     _, weights = compressed_attention(q, k, v, 8)
     mask = selection_mask(weights, 40, 40, 8, n_select=1)  # room for one block: the own block
     own = torch.arange(40).unsqueeze(-1) // 8 == torch.arange(40) // 8
-    assert torch.equal(mask, (own & causal_mask(40, 40)).expand_as(mask))
+    assert torch.equal(mask, (own & causal_keys(40, 40)).expand_as(mask))
     mask = selection_mask(weights, 40, 40, 8, n_select=2)
-    assert (mask | ~(own & causal_mask(40, 40))).all()
+    assert (mask | ~(own & causal_keys(40, 40))).all()
     assert (mask.sum(-1)[:, 8:] > (torch.arange(8, 40) % 8 + 1)).all()  # and one more block
 
 
 def test_window_as_long_as_the_sequence_is_dense_attention():
     q, k, v = _qkv()
-    assert_close(masked_attention(q, k, v, sliding_window_mask(37, 37, 37)), dense(q, k, v), **F64)
-    assert (sliding_window_mask(37, 37, 5).sum(-1) == torch.clamp(torch.arange(1, 38), max=5)).all()
+    assert_close(attend_masked(q, k, v, window_keys(37, 37, 37)), dense(q, k, v), **F64)
+    assert (window_keys(37, 37, 5).sum(-1) == torch.clamp(torch.arange(1, 38), max=5)).all()
 
 
 @pytest.mark.parametrize("branch", [1, 2], ids=["selected", "window"])
@@ -122,8 +122,8 @@ def test_nsa_mixes_its_branches_with_the_gates():
     q, k, v = _qkv()
     gates = torch.rand(2, 3, 37, 3, dtype=torch.float64)
     out_cmp, w = compressed_attention(q, k, v, 4)
-    out_slc = masked_attention(q, k, v, selection_mask(w, 37, 37, 4, 2).unsqueeze(1))
-    out_win = masked_attention(q, k, v, sliding_window_mask(37, 37, 6))
+    out_slc = attend_masked(q, k, v, selection_mask(w, 37, 37, 4, 2).unsqueeze(1))
+    out_win = attend_masked(q, k, v, window_keys(37, 37, 6))
     want = gates[..., :1] * out_cmp + gates[..., 1:2] * out_slc + gates[..., 2:] * out_win
     assert_close(nsa_attention(q, k, v, gates, block=4, n_select=2, window=6), want, **F64)
 
@@ -159,7 +159,7 @@ def test_cost_key_counts_match_the_masks():
     cost = nsa_decode_cost(n, block=block, n_select=n_select, window=window, **CONF)
     seen = (w[:, :, last] > 0).sum(-1)  # full blocks the last query weighs
     selected = selection_mask(w, n, n, block, n_select)[:, last].sum(-1)
-    windowed = sliding_window_mask(n, n, window)[last].sum()
+    windowed = window_keys(n, n, window)[last].sum()
     assert (seen + selected.unsqueeze(1) + windowed == cost.keys).all()
     assert cost.attention_flops == 2 * 4 * cost.keys * (16 + 8)
 
@@ -177,7 +177,7 @@ def test_bad_input_is_named():
     with pytest.raises(ValueError, match="block must be a positive int"):
         compressed_attention(q, k, v, 0)
     with pytest.raises(ValueError, match="window must be a positive int"):
-        sliding_window_mask(8, 8, -1)
+        window_keys(8, 8, -1)
     with pytest.raises(ValueError, match="n_select must be a positive int"):
         selection_mask(torch.zeros(2, 3, 8, 2), 8, 8, 4, 0)
     with pytest.raises(ValueError, match="expected q_idx"):

@@ -35,7 +35,7 @@ __all__ = [
 ]
 
 
-def _check_count(name: str, value: int) -> None:
+def _check_hybrid_int(name: str, value: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(f"{name} must be a positive int, got {value!r}")
 
@@ -47,14 +47,14 @@ def layer_pattern(n_layers: int, full_attention_interval: int = 4) -> tuple[str,
     ``layer_pattern(8, 4)`` is (linear, linear, linear, full) twice: three
     linear layers per full-attention layer, as Qwen3-Next's config sets it.
     """
-    _check_count("n_layers", n_layers)
-    _check_count("full_attention_interval", full_attention_interval)
+    _check_hybrid_int("n_layers", n_layers)
+    _check_hybrid_int("full_attention_interval", full_attention_interval)
     return tuple("full" if (i + 1) % full_attention_interval == 0 else "linear" for i in range(n_layers))
 
 
 def pattern_from_full_layers(n_layers: int, full_layers: list[int]) -> tuple[str, ...]:
     """The pattern from a list of full-attention layers numbered from 1, as Kimi Linear's config lists them."""
-    _check_count("n_layers", n_layers)
+    _check_hybrid_int("n_layers", n_layers)
     bad = [i for i in full_layers if isinstance(i, bool) or not isinstance(i, int) or not 1 <= i <= n_layers]
     if bad:
         raise ValueError(f"full_layers must be layer numbers from 1 to n_layers={n_layers}, got {bad}")
@@ -120,7 +120,7 @@ def cache_bytes(
     """
     if isinstance(context, bool) or not isinstance(context, int) or context < 0:
         raise ValueError(f"context must be an int >= 0, got {context!r}")
-    _check_count("batch", batch)
+    _check_hybrid_int("batch", batch)
     kv = batch * config.n_full * context * config.kv_per_token * kv_bytes
     state = batch * config.n_linear * (config.state_per_layer * state_bytes + config.conv_per_layer * kv_bytes)
     return {"kv": kv, "state": state, "total": kv + state}

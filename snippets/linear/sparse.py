@@ -35,14 +35,14 @@ import torch
 import torch.nn.functional as F
 
 __all__ = [
-    "masked_attention",
-    "causal_mask",
+    "attend_masked",
+    "causal_keys",
     "lightning_indexer",
     "topk_mask",
     "topk_sparse_attention",
     "compressed_attention",
     "selection_mask",
-    "sliding_window_mask",
+    "window_keys",
     "nsa_attention",
     "AttentionCost",
     "dense_decode_cost",
@@ -68,20 +68,20 @@ def _check_qkv_sparse(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None
         )
 
 
-def _check_positive_int(name: str, value: int) -> None:
+def _check_size(name: str, value: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(f"{name} must be a positive int, got {value!r}")
 # --8<-- [end:validate]
 
 
 # --8<-- [start:masked]
-def causal_mask(n: int, m: int, device=None) -> torch.Tensor:
+def causal_keys(n: int, m: int, device=None) -> torch.Tensor:
     """(N, M) boolean, True = may attend: query i sees keys j <= i + (M - N) (lower right)."""
     i = torch.arange(n, device=device).unsqueeze(-1) + (m - n)
     return torch.arange(m, device=device) <= i  # (N, M)
 
 
-def masked_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+def attend_masked(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """softmax(q k^T / sqrt(d)) v over the keys the boolean mask allows; a row with none gives zeros.
 
     Shape:
@@ -124,9 +124,9 @@ def topk_mask(index_scores: torch.Tensor, topk: int, *, causal: bool = True) -> 
     Shape:
         ``(B, N, M)`` scores -> ``(B, N, M)`` boolean mask.
     """
-    _check_positive_int("topk", topk)
+    _check_size("topk", topk)
     n, m = index_scores.shape[-2:]
-    allowed = causal_mask(n, m, index_scores.device) if causal else torch.ones(n, m, dtype=torch.bool, device=index_scores.device)
+    allowed = causal_keys(n, m, index_scores.device) if causal else torch.ones(n, m, dtype=torch.bool, device=index_scores.device)
     # Rank only the keys the query may see: a future key must never take a slot.
     scores = index_scores.masked_fill(~allowed, float("-inf"))
     picked = scores.topk(min(topk, m), dim=-1).indices  # (B, N, k)
@@ -146,7 +146,7 @@ def topk_sparse_attention(
     _check_qkv_sparse(q, k, v)
     if index_scores.shape != (q.shape[0], q.shape[2], k.shape[2]):
         raise ValueError(f"index_scores must have shape (B, N, M) = {(q.shape[0], q.shape[2], k.shape[2])}, got {tuple(index_scores.shape)}")
-    return masked_attention(q, k, v, topk_mask(index_scores, topk, causal=causal).unsqueeze(1))
+    return attend_masked(q, k, v, topk_mask(index_scores, topk, causal=causal).unsqueeze(1))
 # --8<-- [end:indexer]
 
 
@@ -163,7 +163,7 @@ def compressed_attention(
         ``(B, H, N, M // block)``, which rank blocks for the selected branch.
     """
     _check_qkv_sparse(q, k, v)
-    _check_positive_int("block", block)
+    _check_size("block", block)
     n, m = q.shape[2], k.shape[2]
     nb = m // block
     k_cmp = k[:, :, : nb * block].unflatten(2, (nb, block)).mean(dim=3)  # (B, H, M // block, d)
@@ -187,7 +187,7 @@ def selection_mask(block_weights: torch.Tensor, n: int, m: int, block: int, n_se
     Shape:
         block_weights ``(B, H, N, M // block)`` -> ``(B, N, M)`` boolean.
     """
-    _check_positive_int("n_select", n_select)
+    _check_size("n_select", n_select)
     n_blocks = math.ceil(m / block)
     importance = block_weights.sum(dim=1)  # (B, N, nb): shared by the heads
     importance = F.pad(importance, (0, n_blocks - importance.shape[-1]))  # (B, N, n_blocks)
@@ -200,12 +200,12 @@ def selection_mask(block_weights: torch.Tensor, n: int, m: int, block: int, n_se
     blocks = torch.zeros_like(importance, dtype=torch.bool).scatter_(-1, picked, True)
     blocks &= importance > float("-inf")
     keys = blocks.repeat_interleave(block, dim=-1)[..., :m]  # (B, N, M)
-    return keys & causal_mask(n, m, importance.device)
+    return keys & causal_keys(n, m, importance.device)
 
 
-def sliding_window_mask(n: int, m: int, window: int, device=None) -> torch.Tensor:
+def window_keys(n: int, m: int, window: int, device=None) -> torch.Tensor:
     """(N, M) boolean: the last ``window`` keys up to and including the query's position."""
-    _check_positive_int("window", window)
+    _check_size("window", window)
     i = torch.arange(n, device=device).unsqueeze(-1) + (m - n)
     j = torch.arange(m, device=device)
     return (j <= i) & (j > i - window)
@@ -235,8 +235,8 @@ def nsa_attention(
         raise ValueError(f"gates must have shape (B, H, N, 3) = {(*q.shape[:3], 3)}, got {tuple(gates.shape)}")
     n, m = q.shape[2], k.shape[2]
     out_cmp, block_weights = compressed_attention(q, k, v, block)
-    out_slc = masked_attention(q, k, v, selection_mask(block_weights, n, m, block, n_select).unsqueeze(1))
-    out_win = masked_attention(q, k, v, sliding_window_mask(n, m, window, q.device))
+    out_slc = attend_masked(q, k, v, selection_mask(block_weights, n, m, block, n_select).unsqueeze(1))
+    out_win = attend_masked(q, k, v, window_keys(n, m, window, q.device))
     g = gates.to(v.dtype)
     return g[..., 0:1] * out_cmp + g[..., 1:2] * out_slc + g[..., 2:3] * out_win  # (B, H, N, d_v)
 # --8<-- [end:nsa]
@@ -266,7 +266,7 @@ def dense_decode_cost(context: int, *, n_heads: int, d_qk: int, d_v: int, kv_byt
     """Dense attention: every one of the ``context`` keys."""
     for name, value in (("context", context), ("n_heads", n_heads), ("d_qk", d_qk), ("d_v", d_v),
                         ("kv_bytes_per_token", kv_bytes_per_token)):
-        _check_positive_int(name, value)
+        _check_size(name, value)
     return AttentionCost(context, 2 * n_heads * context * (d_qk + d_v), 0, context * kv_bytes_per_token)
 
 
@@ -291,7 +291,7 @@ def nsa_decode_cost(
     The three branches are counted separately (a key both selected and in the
     window is read twice, as three separate kernels would).
     """
-    _check_positive_int("block", block)
+    _check_size("block", block)
     n_cmp = context // block
     n_slc = min(n_select * block, context)
     n_win = min(window, context)
