@@ -68,7 +68,7 @@ def _check_qkv_sparse(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None
         )
 
 
-def _check_size(name: str, value: int) -> None:
+def _check_sparse_int(name: str, value: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(f"{name} must be a positive int, got {value!r}")
 # --8<-- [end:validate]
@@ -124,7 +124,7 @@ def topk_mask(index_scores: torch.Tensor, topk: int, *, causal: bool = True) -> 
     Shape:
         ``(B, N, M)`` scores -> ``(B, N, M)`` boolean mask.
     """
-    _check_size("topk", topk)
+    _check_sparse_int("topk", topk)
     n, m = index_scores.shape[-2:]
     allowed = causal_keys(n, m, index_scores.device) if causal else torch.ones(n, m, dtype=torch.bool, device=index_scores.device)
     # Rank only the keys the query may see: a future key must never take a slot.
@@ -163,7 +163,7 @@ def compressed_attention(
         ``(B, H, N, M // block)``, which rank blocks for the selected branch.
     """
     _check_qkv_sparse(q, k, v)
-    _check_size("block", block)
+    _check_sparse_int("block", block)
     n, m = q.shape[2], k.shape[2]
     nb = m // block
     k_cmp = k[:, :, : nb * block].unflatten(2, (nb, block)).mean(dim=3)  # (B, H, M // block, d)
@@ -187,7 +187,7 @@ def selection_mask(block_weights: torch.Tensor, n: int, m: int, block: int, n_se
     Shape:
         block_weights ``(B, H, N, M // block)`` -> ``(B, N, M)`` boolean.
     """
-    _check_size("n_select", n_select)
+    _check_sparse_int("n_select", n_select)
     n_blocks = math.ceil(m / block)
     importance = block_weights.sum(dim=1)  # (B, N, nb): shared by the heads
     importance = F.pad(importance, (0, n_blocks - importance.shape[-1]))  # (B, N, n_blocks)
@@ -205,7 +205,7 @@ def selection_mask(block_weights: torch.Tensor, n: int, m: int, block: int, n_se
 
 def window_keys(n: int, m: int, window: int, device=None) -> torch.Tensor:
     """(N, M) boolean: the last ``window`` keys up to and including the query's position."""
-    _check_size("window", window)
+    _check_sparse_int("window", window)
     i = torch.arange(n, device=device).unsqueeze(-1) + (m - n)
     j = torch.arange(m, device=device)
     return (j <= i) & (j > i - window)
@@ -266,7 +266,7 @@ def dense_decode_cost(context: int, *, n_heads: int, d_qk: int, d_v: int, kv_byt
     """Dense attention: every one of the ``context`` keys."""
     for name, value in (("context", context), ("n_heads", n_heads), ("d_qk", d_qk), ("d_v", d_v),
                         ("kv_bytes_per_token", kv_bytes_per_token)):
-        _check_size(name, value)
+        _check_sparse_int(name, value)
     return AttentionCost(context, 2 * n_heads * context * (d_qk + d_v), 0, context * kv_bytes_per_token)
 
 
@@ -291,7 +291,7 @@ def nsa_decode_cost(
     The three branches are counted separately (a key both selected and in the
     window is read twice, as three separate kernels would).
     """
-    _check_size("block", block)
+    _check_sparse_int("block", block)
     n_cmp = context // block
     n_slc = min(n_select * block, context)
     n_win = min(window, context)
