@@ -1,0 +1,1 @@
+"""Beyond dense softmax: gated and delta-rule linear attention, state-space duality, sparse attention and hybrids."""

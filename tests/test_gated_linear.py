@@ -1,0 +1,122 @@
+"""Gated linear attention: recurrent, parallel and chunked forms are one function."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.testing import assert_close
+
+from snippets.linear.gated_linear import gla_chunked, gla_parallel, gla_recurrent, gla_step
+
+F64 = dict(atol=1e-12, rtol=1e-12)
+
+
+def _inputs(b=2, h=3, n=23, d_k=5, d_v=4, dtype=torch.float64, seed=0):
+    gen = torch.Generator(device=torch.get_default_device()).manual_seed(seed)
+    q = torch.randn(b, h, n, d_k, generator=gen, dtype=dtype)
+    k = torch.randn(b, h, n, d_k, generator=gen, dtype=dtype)
+    v = torch.randn(b, h, n, d_v, generator=gen, dtype=dtype)
+    # log-decays between log(0.3) and 0: some channels forget fast, some barely
+    g = torch.rand(b, h, n, d_k, generator=gen, dtype=dtype) * torch.log(torch.tensor(0.3, dtype=dtype))
+    return q, k, v, g
+
+
+def paper_recurrence(q, k, v, g, scale):
+    """S_t = Diag(alpha_t) S_{t-1} + k_t v_t^T, o_t = S_t^T q_t, with explicit diagonal matrices."""
+    b, h, n, d_k = q.shape
+    s = torch.zeros(b, h, d_k, v.shape[-1], dtype=q.dtype)
+    outs = []
+    for t in range(n):
+        s = torch.diag_embed(torch.exp(g[..., t, :])) @ s + torch.einsum("bhi,bhj->bhij", k[..., t, :], v[..., t, :])
+        outs.append(torch.einsum("bhij,bhi->bhj", s, q[..., t, :]) * scale)
+    return torch.stack(outs, dim=-2)
+
+
+@pytest.mark.parametrize("n", [1, 7, 23])
+def test_recurrent_matches_the_papers_recurrence(n):
+    q, k, v, g = _inputs(n=n)
+    assert_close(gla_recurrent(q, k, v, g), paper_recurrence(q, k, v, g, 5 ** -0.5), **F64)
+
+
+@pytest.mark.parametrize("n", [1, 7, 23])
+def test_parallel_equals_recurrent(n):
+    q, k, v, g = _inputs(n=n)
+    assert_close(gla_parallel(q, k, v, g), gla_recurrent(q, k, v, g), **F64)
+
+
+@pytest.mark.parametrize("chunk_size", [1, 4, 5, 64])
+def test_chunked_equals_recurrent(chunk_size):
+    q, k, v, g = _inputs()
+    assert_close(gla_chunked(q, k, v, g, chunk_size=chunk_size), gla_recurrent(q, k, v, g), **F64)
+
+
+def test_no_decay_is_unnormalised_causal_linear_attention():
+    q, k, v, g = _inputs()
+    a = (q @ k.transpose(-2, -1)).tril() * 0.5  # (B, H, N, N)
+    zero = torch.zeros_like(g)
+    for form in (gla_parallel, gla_chunked, gla_recurrent):
+        assert_close(form(q, k, v, zero, scale=0.5), a @ v, **F64)
+
+
+def test_decay_forgets_the_past():
+    # With alpha = 0 everywhere except nothing, each output sees only its own token.
+    q, k, v, _ = _inputs()
+    g = torch.full_like(q, -torch.inf).nan_to_num(neginf=-1e4)
+    own = (q * k).sum(-1, keepdim=True) * v * 5 ** -0.5
+    assert_close(gla_chunked(q, k, v, g, chunk_size=4), own, **F64)
+
+
+def test_decoding_steps_continue_the_parallel_form():
+    q, k, v, g = _inputs(n=12)
+    ref = gla_parallel(q, k, v, g)
+    state = None
+    for t in range(12):
+        out, state = gla_step(q[..., t, :], k[..., t, :], v[..., t, :], g[..., t, :], state)
+        assert state.shape == (2, 3, 5, 4)
+        assert_close(out, ref[..., t, :], **F64)
+
+
+def test_causal_future_tokens_change_nothing():
+    q, k, v, g = _inputs()
+    out = gla_chunked(q, k, v, g, chunk_size=4)
+    q2, k2, v2 = (t.clone() for t in (q, k, v))
+    for t in (q2, k2, v2):
+        t[..., 10:, :] += 1.0
+    assert_close(gla_chunked(q2, k2, v2, g, chunk_size=4)[..., :10, :], out[..., :10, :], **F64)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_precision_is_finite_and_close(dtype):
+    q, k, v, g = _inputs(n=40, dtype=torch.float32)
+    ref = gla_parallel(*(t.double() for t in (q, k, v, g)))
+    for form in (gla_parallel, gla_chunked, gla_recurrent):
+        out = form(*(t.to(dtype) for t in (q, k, v, g)))
+        assert out.dtype == dtype and torch.isfinite(out).all()
+        assert_close(out.double(), ref, atol=0.1, rtol=0.05)
+
+
+def test_gradients_flow_through_the_chunked_form():
+    q, k, v, g = (t.requires_grad_() for t in _inputs(b=1, h=1, n=4, d_k=2, d_v=1))
+    assert torch.autograd.gradcheck(lambda *a: gla_chunked(*a, chunk_size=3), (q, k, v, g))
+
+
+def test_bad_input_is_named():
+    q, k, v, g = _inputs(n=4)
+    with pytest.raises(ValueError, match="g holds log-decays"):
+        gla_parallel(q, k, v, -g)
+    with pytest.raises(ValueError, match="q, k and g must have one shape"):
+        gla_parallel(q, k[..., :3], v, g)
+    with pytest.raises(ValueError, match="v must be"):
+        gla_chunked(q, k, v[..., :2, :], g)
+    with pytest.raises(TypeError, match="must share one dtype"):
+        gla_parallel(q.float(), k, v, g)
+    with pytest.raises(TypeError, match="q must be a torch.Tensor"):
+        gla_parallel([1.0], k, v, g)
+    with pytest.raises(TypeError, match="floating dtype"):
+        gla_parallel(q.long(), k, v, g)
+    with pytest.raises(ValueError, match="shape \\(..., N, width\\)"):
+        gla_parallel(q[0, 0, 0], k, v, g)
+    with pytest.raises(ValueError, match="chunk_size must be a positive int, got 0"):
+        gla_chunked(q, k, v, g, chunk_size=0)
+    with pytest.raises(ValueError, match="state must have shape"):
+        gla_step(q[..., 0, :], k[..., 0, :], v[..., 0, :], g[..., 0, :], torch.zeros(1, dtype=q.dtype))

@@ -1,0 +1,107 @@
+"""Mamba-2's SSD: recurrence, masked attention with a 1-semiseparable mask, and chunks are one function."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.testing import assert_close
+
+from snippets.linear.gated_linear import gla_parallel
+from snippets.linear.ssd import ssd_attention, ssd_chunked, ssd_mask, ssd_recurrent
+
+F64 = dict(atol=1e-12, rtol=1e-12)
+
+
+def _inputs(bsz=2, h=3, n=23, d=4, d_state=6, dtype=torch.float64, seed=0):
+    gen = torch.Generator(device=torch.get_default_device()).manual_seed(seed)
+    x = torch.randn(bsz, h, n, d, generator=gen, dtype=dtype)
+    dt = torch.rand(bsz, h, n, generator=gen, dtype=dtype) * 0.5  # softplus outputs in Mamba-2
+    a = -torch.rand(h, generator=gen, dtype=dtype) * 2 - 0.1  # A = -exp(A_log) < 0
+    b = torch.randn(bsz, h, n, d_state, generator=gen, dtype=dtype)
+    c = torch.randn(bsz, h, n, d_state, generator=gen, dtype=dtype)
+    return x, dt, a, b, c
+
+
+@pytest.mark.parametrize("n", [1, 8, 23])
+def test_attention_form_equals_recurrence(n):
+    args = _inputs(n=n)
+    assert_close(ssd_attention(*args), ssd_recurrent(*args), **F64)
+
+
+@pytest.mark.parametrize("chunk_size", [1, 4, 5, 8, 64])
+def test_chunked_equals_recurrence(chunk_size):
+    args = _inputs()
+    assert_close(ssd_chunked(*args, chunk_size=chunk_size), ssd_recurrent(*args), **F64)
+
+
+def test_mask_is_the_product_of_decays():
+    _, dt, a, _, _ = _inputs(n=9)
+    decay = torch.exp(dt * a[:, None])  # a_t, (B, H, N)
+    mask = ssd_mask(dt, a)
+    for t in range(9):
+        for s in range(9):
+            want = torch.prod(decay[..., s + 1 : t + 1], dim=-1) if s <= t else torch.zeros_like(decay[..., 0])
+            assert_close(mask[..., t, s], want, **F64)
+
+
+def test_mask_is_one_semiseparable():
+    # Every block that lies on or below the diagonal has rank 1: L[t, s] = exp(cum_t) exp(-cum_s).
+    _, dt, a, _, _ = _inputs(n=12)
+    mask = ssd_mask(dt, a)[0, 0]
+    for split in range(1, 12):
+        block = mask[split:, : split + 1]
+        assert torch.linalg.matrix_rank(block).item() == 1
+    # the mask as a whole is full rank (lower triangular with ones on the diagonal)
+    assert torch.linalg.matrix_rank(mask).item() == 12
+
+
+def test_ssd_is_gated_linear_attention_with_one_decay_per_head():
+    x, dt, a, b, c = _inputs()
+    g = (dt * a[:, None]).unsqueeze(-1).expand_as(b)  # the same log-decay on every state channel
+    assert_close(gla_parallel(c, b, dt.unsqueeze(-1) * x, g.contiguous(), scale=1.0), ssd_attention(x, dt, a, b, c), **F64)
+
+
+def test_causal_future_tokens_change_nothing():
+    x, dt, a, b, c = _inputs()
+    out = ssd_chunked(x, dt, a, b, c, chunk_size=4)
+    x2, dt2 = x.clone(), dt.clone()
+    x2[..., 10:, :] += 1.0
+    dt2[..., 10:] = 0.3
+    assert_close(ssd_chunked(x2, dt2, a, b, c, chunk_size=4)[..., :10, :], out[..., :10, :], **F64)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_precision_is_finite_and_close(dtype):
+    args = _inputs(n=40, dtype=torch.float32)
+    ref = ssd_attention(*(t.double() for t in args))
+    for form in (ssd_attention, ssd_chunked, ssd_recurrent):
+        out = form(*(t.to(dtype) for t in args))
+        assert out.dtype == dtype and torch.isfinite(out).all()
+        assert_close(out.double(), ref, atol=0.1, rtol=0.05)
+
+
+def test_gradients_flow_through_the_chunked_form():
+    inputs = tuple(t.requires_grad_() for t in _inputs(bsz=1, h=1, n=4, d=1, d_state=2))
+    assert torch.autograd.gradcheck(lambda *a: ssd_chunked(*a, chunk_size=3), inputs)
+
+
+def test_bad_input_is_named():
+    x, dt, a, b, c = _inputs(n=4)
+    with pytest.raises(ValueError, match="dt must be >= 0"):
+        ssd_attention(x, -dt - 0.1, a, b, c)
+    with pytest.raises(ValueError, match="A must be <= 0"):
+        ssd_attention(x, dt, -a, b, c)
+    with pytest.raises(ValueError, match="A must have shape"):
+        ssd_recurrent(x, dt, a[:1], b, c)
+    with pytest.raises(ValueError, match="dt must have shape"):
+        ssd_chunked(x, dt[..., :2], a, b, c)
+    with pytest.raises(ValueError, match="b and c must both have shape"):
+        ssd_attention(x, dt, a, b, c[..., :2])
+    with pytest.raises(ValueError, match="x must have shape"):
+        ssd_attention(x[0], dt, a, b, c)
+    with pytest.raises(TypeError, match="c must be a torch.Tensor"):
+        ssd_attention(x, dt, a, b, None)
+    with pytest.raises(TypeError, match="floating dtype"):
+        ssd_attention(x, dt, a, b.long(), c)
+    with pytest.raises(ValueError, match="chunk_size must be a positive int, got -2"):
+        ssd_chunked(x, dt, a, b, c, chunk_size=-2)
