@@ -186,6 +186,10 @@ SMOKE: dict[str, tuple[str, str]] = {
         "result = (tuple(o.shape), bool((o.float() - ref).abs().max() < 1e-2))",
         "((1, 1, 20, 16), True)",
     ),
+    "efficiency/static_cache.py": (
+        "c = m.StaticKVCache(1, 1, 1, 2, 4); result = c.mask(torch.tensor([1])).tolist()",
+        "[[True, True, False, False]]",
+    ),
     "efficiency/linear_attention.py": (
         "x = torch.randn(1, 1, 6, 4); result = tuple(m.linear_attention(x, x, x, causal=True).shape)",
         "(1, 1, 6, 4)",
