@@ -89,7 +89,7 @@ class StaticKVCache(nn.Module):
 # --8<-- [end:cache]
 
 
-def _attend(attn: nn.Module, x: torch.Tensor, cache: StaticKVCache, layer: int,
+def _attend_static(attn: nn.Module, x: torch.Tensor, cache: StaticKVCache, layer: int,
             positions: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     B, N, D = x.shape
     q = attn.q_proj(x).view(B, N, attn.n_heads, attn.d_head).transpose(1, 2)  # (B, N, D) -> (B, H, N, d)
@@ -120,7 +120,7 @@ def static_forward(model: nn.Module, cache: StaticKVCache, tokens: torch.Tensor,
     x = model.embed(tokens) + model.pos(positions)  # (B, N) -> (B, N, D)
     mask = cache.mask(positions)  # (N, max_len), the same shape at every step
     for layer, (attn, norm1, norm2, mlp) in enumerate(zip(model.attn, model.norm1, model.norm2, model.mlp)):
-        x = x + _attend(attn, norm1(x), cache, layer, positions, mask)
+        x = x + _attend_static(attn, norm1(x), cache, layer, positions, mask)
         x = x + mlp(norm2(x))
     return model.head(model.norm(x))  # (B, N, D) -> (B, N, V)
 # --8<-- [end:forward]
