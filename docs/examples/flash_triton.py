@@ -11,37 +11,40 @@
 # %%
 import os
 
-os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is imported: kernels run on CPU tensors
+import torch
+
+device = "cuda" if torch.cuda.is_available() else "cpu"
+if device == "cpu":  # before triton is first imported: its kernels then run on CPU tensors
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import matplotlib.pyplot as plt
-import torch
 import torch.nn.functional as F
 from matplotlib.colors import ListedColormap
 from matplotlib.patches import Patch
 
-from snippets.efficiency.flash_triton import flash_attention, flash_attention_lse
+from snippets.efficiency.flash_triton import flash_attention_lse
 
 torch.manual_seed(0)
 torch.set_num_threads(1)
-print(f"torch {torch.__version__}, TRITON_INTERPRET={os.environ['TRITON_INTERPRET']}")
+print(f"torch {torch.__version__} on {device}, TRITON_INTERPRET={os.environ.get('TRITON_INTERPRET', '0')}")
 
 # %% [markdown]
 # ## The kernel against SDPA
 #
-# Causal attention with more keys than queries ($N = 40$, $M = 56$: the queries
-# are the last 40 positions), float16, tiles of 16 queries by 16 keys. The
+# Causal attention with more keys than queries ($N = 24$, $M = 40$: the queries
+# are the last 24 positions), float16, tiles of 16 queries by 16 keys. The
 # reference is `F.scaled_dot_product_attention` in float32 with a lower-right
 # mask. The backward recomputes each tile of probabilities from the saved
 # log-sum-exp.
 
 # %%
-N, M, d = 40, 56, 32
-q, k, v = (torch.randn(1, 2, n, d, dtype=torch.float16, requires_grad=True) for n in (N, M, M))
+N, M, d = 24, 40, 16
+q, k, v = (torch.randn(1, 2, n, d, dtype=torch.float16, device=device, requires_grad=True) for n in (N, M, M))
 out, lse = flash_attention_lse(q, k, v, causal=True, block_m=16, block_n=16)
 do = torch.randn_like(out)
 out.backward(do)
 
-mask = torch.ones(N, M, dtype=torch.bool).tril(diagonal=M - N)  # True = may attend
+mask = torch.ones(N, M, dtype=torch.bool, device=device).tril(diagonal=M - N)  # True = may attend
 ref_in = [t.detach().float().requires_grad_() for t in (q, k, v)]
 ref = F.scaled_dot_product_attention(*ref_in, attn_mask=mask)
 ref.backward(do.float())
