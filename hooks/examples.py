@@ -206,6 +206,11 @@ class Kernel:
         env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(threads)
         env.setdefault("PYTHONHASHSEED", "0")
         env["MPLBACKEND"] = "module://matplotlib_inline.backend_inline"
+        if env.get("FIELD_GUIDE_DEVICE", "cpu") != "cuda":
+            # Triton runs its kernels on CPU tensors only through its interpreter, and
+            # only if this is set before triton is first imported; torch.compile and
+            # FlexAttention import it, so an earlier example in this kernel may have.
+            env.setdefault("TRITON_INTERPRET", "1")
         # IPC sockets in a private folder: no TCP port, so ipykernel has no
         # "running over TCP without encryption" warning to print per kernel.
         self.sockets = tempfile.mkdtemp(prefix="field-guide-kernel-")

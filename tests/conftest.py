@@ -54,6 +54,13 @@ def built_site(tmp_path_factory) -> BuiltSite:
 # ----------------------------------------------------------------------------
 import torch  # noqa: E402
 
+# Triton's interpreter runs Triton kernels on CPU tensors (tests/test_flash_triton.py),
+# but only if TRITON_INTERPRET is set before triton is first imported: its standard
+# library (tl.max, tl.sum, ...) is decorated then. Where a CUDA device is present the
+# compiled kernels are tested instead, and the variable stays unset.
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
 DEVICES_ENV = "FIELD_GUIDE_TEST_DEVICES"
 # Modules that test the site, the files or the machine rather than tensor code:
 # they run once, on the CPU.

@@ -1,0 +1,186 @@
+"""Proof for snippets/efficiency/flash_triton.py.
+
+Proves: the Triton FlashAttention-2 kernels give the outputs and the gradients
+(dq, dk, dv) of F.scaled_dot_product_attention, causal (a lower-right mask built
+here independently) and not, at lengths that no tile size divides (N != M both
+ways, so some causal rows are empty), head widths 64 and 128, float16 and
+bfloat16, within twice the error SDPA itself makes in that dtype (plus one
+rounding step); the saved
+log-sum-exp equals torch.logsumexp of the masked scores (-inf for empty rows,
+whose outputs and gradients are zeros); a custom scale and the default tiles
+work; causal outputs ignore future keys; large logits stay finite; every
+validation message is raised.
+
+On the CPU the kernels run through Triton's interpreter: tests/conftest.py sets
+TRITON_INTERPRET=1 before triton is imported where no CUDA device exists, and
+small tiles (16) keep the interpreter quick. On a CUDA device the compiled
+kernels are tested.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import pathlib
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+pytest.importorskip("triton")  # Linux wheels only
+
+FILE = pathlib.Path(__file__).resolve().parents[1] / "snippets" / "efficiency" / "flash_triton.py"
+_loaded: dict[bool, object] = {}
+
+
+def load_flash(interpret: bool):
+    """A fresh import of the file; Triton reads TRITON_INTERPRET when each kernel
+    is decorated, so the variable is set around the import (a copy imported with
+    it off holds compiled kernels, which refuse CPU tensors)."""
+    if interpret not in _loaded:
+        old = os.environ.get("TRITON_INTERPRET")
+        os.environ["TRITON_INTERPRET"] = "1" if interpret else "0"
+        try:
+            spec = importlib.util.spec_from_file_location(f"flash_triton_interpret_{interpret}", FILE)
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+        finally:
+            if old is None:
+                del os.environ["TRITON_INTERPRET"]
+            else:
+                os.environ["TRITON_INTERPRET"] = old
+        _loaded[interpret] = module
+    return _loaded[interpret]
+
+
+@pytest.fixture
+def flash(device):
+    interpreting = os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "on", "yes")
+    if device == "cpu" and not interpreting:
+        pytest.skip("CPU tensors need Triton's interpreter: TRITON_INTERPRET=1 before triton is imported")
+    if device == "cuda" and interpreting:
+        pytest.skip("TRITON_INTERPRET is set: the compiled kernels cannot run in this process")
+    if device not in ("cpu", "cuda"):
+        pytest.skip(f"Triton has no backend for {device}")
+    return load_flash(interpret=interpreting)
+
+
+def lower_right_mask(n: int, m: int) -> torch.Tensor:
+    """True = may attend; the N queries are the last N of M positions."""
+    return torch.ones(n, m, dtype=torch.bool).tril(diagonal=m - n)
+
+
+def inputs(B, H, N, M, d, dtype, seed=0):
+    g = torch.Generator(device=torch.get_default_device()).manual_seed(seed)
+    return [torch.randn(B, H, n, d, generator=g).to(dtype).requires_grad_() for n in (N, M, M)]
+
+
+def attend_and_grads(fn, q, k, v, do):
+    q, k, v = (t.detach().clone().requires_grad_() for t in (q, k, v))
+    out = fn(q, k, v)
+    out.backward(do.to(out.dtype))
+    return [out.detach(), q.grad, k.grad, v.grad]
+
+
+@pytest.mark.parametrize("d,N,M", [(64, 37, 53), (128, 53, 37)])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_matches_sdpa_outputs_and_gradients(flash, dtype, causal, d, N, M):
+    q, k, v = inputs(1, 2, N, M, d, dtype)
+    do = torch.randn(1, 2, N, d, generator=torch.Generator(q.device).manual_seed(1))
+    mask = lower_right_mask(N, M) if causal else None
+
+    def sdpa(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+    exact = attend_and_grads(sdpa, *(t.float() for t in (q, k, v)), do)  # float32 oracle
+    same_dtype = attend_and_grads(sdpa, q, k, v, do)  # SDPA's own rounding error in dtype
+    ours = attend_and_grads(lambda q, k, v: flash.flash_attention(q, k, v, causal=causal, block_m=16, block_n=16),
+                            q, k, v, do)
+    for name, a, b, c in zip(("out", "dq", "dk", "dv"), ours, exact, same_dtype):
+        assert a.dtype == dtype and a.shape == b.shape, name
+        err = (a.float() - b).abs().max().item()
+        # SDPA rounds once at the end; the kernel also rounds P to dtype before P @ V
+        budget = 2 * (c.float() - b).abs().max().item() + torch.finfo(dtype).eps * b.abs().max().item()
+        assert err <= budget, f"{name}: max error {err:.3g} exceeds {budget:.3g} ({dtype}, causal={causal})"
+
+
+def test_saved_lse_and_empty_rows(flash):
+    N, M, d, scale = 40, 21, 64, 0.3  # N > M: causal rows i < N - M see no key
+    q, k, v = inputs(1, 1, N, M, d, torch.float16, seed=2)
+    out, lse = flash.flash_attention_lse(q, k, v, causal=True, scale=scale, block_m=16, block_n=16)
+    mask = lower_right_mask(N, M)
+    scores = (q.float() @ k.float().transpose(-2, -1) * scale).masked_fill(~mask, float("-inf"))
+    torch.testing.assert_close(lse, torch.logsumexp(scores, dim=-1), atol=2e-3, rtol=1e-3)
+    empty = N - M
+    assert torch.isneginf(lse[..., :empty]).all() and torch.isfinite(lse[..., empty:]).all()
+    assert (out[..., :empty, :] == 0).all()
+    ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=mask, scale=scale)
+    torch.testing.assert_close(out.float(), ref, atol=2e-3, rtol=2e-3)
+    out.float().square().sum().backward()
+    assert torch.isfinite(q.grad).all() and (q.grad[..., :empty, :] == 0).all()
+    assert torch.isfinite(k.grad).all() and torch.isfinite(v.grad).all()
+
+
+def test_default_tiles_and_large_logits(flash):
+    N, d = 29, 64
+    q, k, v = inputs(1, 1, N, N, d, torch.float16, seed=3)
+    q = (q.detach() * 30).to(torch.float16)  # scores in the hundreds: exp would overflow unshifted
+    out = flash.flash_attention(q, k.detach(), v.detach(), causal=True)  # the GPU tiles: 128 x 64
+    assert torch.isfinite(out).all()
+    ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=True)
+    torch.testing.assert_close(out.float(), ref, atol=5e-3, rtol=5e-3)
+
+
+def test_causal_output_ignores_future_keys(flash):
+    N = M = 24
+    q, k, v = (t.detach() for t in inputs(1, 1, N, M, 32, torch.float16, seed=4))
+    out = flash.flash_attention(q, k, v, causal=True, block_m=16, block_n=16)
+    k2, v2 = k.clone(), v.clone()
+    k2[..., 12:, :] += 5.0
+    v2[..., 12:, :] -= 5.0
+    out2 = flash.flash_attention(q, k2, v2, causal=True, block_m=16, block_n=16)
+    assert torch.equal(out[..., :12, :], out2[..., :12, :])
+    assert not torch.equal(out[..., 12:, :], out2[..., 12:, :])
+
+
+def test_cpu_without_interpreter_is_refused(device):
+    compiled = load_flash(interpret=False)
+    x = torch.randn(1, 1, 4, 16, dtype=torch.float16, device="cpu")
+    with pytest.raises(ValueError, match=r"TRITON_INTERPRET=1"):
+        compiled.flash_attention(x, x, x)
+
+
+def test_validation_messages(flash):
+    x = torch.randn(1, 2, 5, 16, dtype=torch.float16)
+    fa = flash.flash_attention
+    with pytest.raises(TypeError, match=r"q must be a torch.Tensor, got list"):
+        fa([1], x, x)
+    with pytest.raises(ValueError, match=r"k must have shape \(B, H, length, d\), got \(2, 5, 16\)"):
+        fa(x, x[0], x)
+    with pytest.raises(TypeError, match=r"v must be float16 or bfloat16, got torch.float32"):
+        fa(x, x, x.float())
+    with pytest.raises(TypeError, match=r"q, k and v must share one dtype, got torch.float16, torch.bfloat16"):
+        fa(x, x.bfloat16(), x)
+    with pytest.raises(ValueError, match=r"got q \(1, 2, 5, 16\), k \(1, 3, 5, 16\)"):
+        fa(x, torch.zeros(1, 3, 5, 16, dtype=torch.float16), torch.zeros(1, 3, 5, 16, dtype=torch.float16))
+    y = torch.zeros(1, 2, 5, 48, dtype=torch.float16)
+    with pytest.raises(ValueError, match=r"d must be 16, 32, 64 or 128, got d=48"):
+        fa(y, y, y)
+    with pytest.raises(ValueError, match=r"N and M must be at least 1, got N=0 and M=5"):
+        fa(x[:, :, :0], x, x)
+    with pytest.raises(TypeError, match=r"causal must be a bool, got int"):
+        fa(x, x, x, causal=1)
+    with pytest.raises(ValueError, match=r"scale must be a positive finite number or None, got -1.0"):
+        fa(x, x, x, scale=-1.0)
+    with pytest.raises(ValueError, match=r"block_m must be a power of two >= 16 or None, got 24"):
+        fa(x, x, x, block_m=24)
+    with pytest.raises(ValueError, match=r"block_n must be a power of two >= 16 or None, got 8"):
+        fa(x, x, x, block_n=8)
+    meta = torch.empty(1, 2, 5, 16, dtype=torch.float16, device="meta")
+    with pytest.raises(ValueError, match=r"q, k and v must be on one device, got cpu, meta and cpu"):
+        fa(x, meta, x)
+    with pytest.raises(ValueError, match=r"q must be on a CUDA device \(or the CPU under the interpreter\), got meta"):
+        fa(meta, meta, meta)
+    with pytest.raises(ValueError, match=r"scale must be a positive finite number or None, got inf"):
+        flash.flash_attention_lse(x, x, x, scale=float("inf"))
