@@ -159,7 +159,8 @@ def rope_tables(
         base: the RoPE base (10000 in the paper; Llama 3 uses 500000).
 
     Returns:
-        ``(cos, sin)``, float32, each ``(*positions.shape, rotary_dim / 2)``.
+        ``(cos, sin)``, float64 (float32 on MPS; ``apply_rope`` casts them
+        to its working dtype), each ``(*positions.shape, rotary_dim / 2)``.
     """
     if not isinstance(positions, torch.Tensor) or positions.is_floating_point() or positions.dtype == torch.bool:
         got = positions.dtype if isinstance(positions, torch.Tensor) else type(positions).__name__
@@ -168,11 +169,12 @@ def rope_tables(
         raise ValueError(f"rotary_dim must be an even int >= 2, got {rotary_dim!r}")
     if isinstance(base, bool) or not isinstance(base, (int, float)) or not base > 1:
         raise ValueError(f"base must be a number > 1, got {base!r}")
-    # Angles in float64: t * theta loses digits in float32 at large t.
-    exponent = torch.arange(0, rotary_dim, 2, dtype=torch.float64, device=positions.device) / rotary_dim
+    # Angles in float64 (t * theta loses digits in float32 at large t); MPS has no float64.
+    wide = torch.float32 if positions.device.type == "mps" else torch.float64
+    exponent = torch.arange(0, rotary_dim, 2, dtype=wide, device=positions.device) / rotary_dim
     inv_freq = base ** (-exponent)  # (rotary_dim / 2,)
-    angles = positions.to(torch.float64).unsqueeze(-1) * inv_freq  # (..., N, 1) * (r/2,) -> (..., N, r/2)
-    return angles.cos().float(), angles.sin().float()
+    angles = positions.to(wide).unsqueeze(-1) * inv_freq  # (..., N, 1) * (r/2,) -> (..., N, r/2)
+    return angles.cos(), angles.sin()
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
