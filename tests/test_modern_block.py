@@ -152,9 +152,9 @@ def test_rope_equals_rotation_matrices(rotary_dim):
     x = shifted_input(2, 3, 5, 8)
     positions = torch.tensor([0, 1, 4, 9, 30])
     cos, sin = rope_tables(positions, rotary_dim, base=100.0)
-    assert cos.shape == (5, rotary_dim // 2) and cos.dtype == torch.float32
-    got = apply_rope(x, cos.double(), sin.double())
-    assert_close(got, rotation_reference(x, positions, rotary_dim, 100.0), rtol=1e-6, atol=1e-6)
+    assert cos.shape == (5, rotary_dim // 2) and cos.dtype == torch.float64
+    got = apply_rope(x, cos, sin)
+    assert_close(got, rotation_reference(x, positions, rotary_dim, 100.0), rtol=1e-12, atol=1e-12)
     assert torch.equal(got[..., rotary_dim:], x[..., rotary_dim:])  # partial rotary: the rest passes
 
 
@@ -164,9 +164,9 @@ def test_rope_scores_depend_only_on_the_offset():
     def score(m, n):
         cq, sq = rope_tables(torch.tensor([m]), 8)
         ck, sk = rope_tables(torch.tensor([n]), 8)
-        return (apply_rope(q, cq.double(), sq.double()) * apply_rope(k, ck.double(), sk.double())).sum()
+        return (apply_rope(q, cq, sq) * apply_rope(k, ck, sk)).sum()
 
-    assert_close(score(7, 3), score(104, 100), rtol=1e-6, atol=1e-6)
+    assert_close(score(7, 3), score(104, 100), rtol=1e-10, atol=1e-10)
     assert not torch.allclose(score(7, 3), score(7, 4))
 
 
@@ -174,9 +174,9 @@ def test_rope_per_batch_positions():
     x = shifted_input(2, 3, 4, 8)
     positions = torch.tensor([[0, 1, 2, 3], [5, 6, 7, 8]])
     cos, sin = rope_tables(positions, 8)
-    got = apply_rope(x, cos.double(), sin.double())
+    got = apply_rope(x, cos, sin)
     for b in range(2):
-        assert_close(got[b : b + 1], rotation_reference(x[b : b + 1], positions[b], 8, 10000.0), rtol=1e-6, atol=1e-6)
+        assert_close(got[b : b + 1], rotation_reference(x[b : b + 1], positions[b], 8, 10000.0), rtol=1e-12, atol=1e-12)
 
 
 # --- DecoderAttention against the equations -------------------------------------
@@ -214,10 +214,10 @@ def test_attention_equals_the_equations(qk_norm, h_kv):
     attn = randomised(DecoderAttention(D, H, h_kv, qk_norm=qk_norm, rope_base=50.0)).double()
     x = shifted_input(B, N, D)
     causal = torch.ones(N, N, dtype=torch.bool).tril()
-    assert_close(attn(x), attention_reference(attn, x, causal), rtol=1e-6, atol=1e-6)
+    assert_close(attn(x), attention_reference(attn, x, causal), rtol=1e-10, atol=1e-10)
     extra = torch.rand(B, 1, N, N, generator=torch.Generator().manual_seed(3)) > 0.3
     extra[..., 0] = True
-    assert_close(attn(x, attn_mask=extra), attention_reference(attn, x, causal & extra[:, 0]), rtol=1e-6, atol=1e-6)
+    assert_close(attn(x, attn_mask=extra), attention_reference(attn, x, causal & extra[:, 0]), rtol=1e-10, atol=1e-10)
 
 
 def test_head_and_full_qk_norm_differ_but_agree_for_one_head():

@@ -190,7 +190,7 @@ def test_exercise_paper_example():
 
 def rotated(x, positions):
     cos, sin = rope_tables(positions, x.shape[-1])
-    return apply_rope(x, cos.double(), sin.double())
+    return apply_rope(x, cos, sin)
 
 
 @pytest.mark.parametrize("n_sink, window", [(2, 3), (0, 4), (4, 1)])
