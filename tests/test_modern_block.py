@@ -400,3 +400,14 @@ def test_exercise_solutions_name_existing_tests():
     for path, name in named:
         source = (ROOT / path).read_text(encoding="utf-8")
         assert re.search(rf"^def {name}\(", source, re.M), f"{path}::{name} does not exist"
+
+
+@pytest.mark.parametrize("name", ["block", "sinks", "gates"])
+def test_snippet_docstring_names_paper_page_and_oracle(name):
+    import ast
+
+    doc = ast.get_docstring(ast.parse((ROOT / "snippets" / "modern" / f"{name}.py").read_text(encoding="utf-8")))
+    assert re.search(r"arXiv:\d{4}\.\d{5}", doc), "no paper"
+    page = re.search(r"^Page: (docs/modern/[\w-]+\.md)$", doc, re.M)
+    assert page and (ROOT / page.group(1)).exists(), "no page, or a page that does not exist"
+    assert "Tested against:" in doc and "only torch and the standard library" in doc

@@ -110,10 +110,9 @@ def sink_attention(
     if attn_mask is not None:
         scores = scores.masked_fill(~attn_mask, float("-inf"))
     sink = sinks.to(acc).view(1, h, 1, 1).expand(b, h, n, 1)  # (H,) -> (B, H, N, 1)
+    # The sink logit is finite, so no row is all -inf: a query whose keys are
+    # all masked puts all its weight on the sink, and the softmax has no NaN.
     logits = torch.cat((scores, sink), dim=-1)  # (B, H, N, M + 1)
-    # The sink logit is finite, so every row has a finite maximum: no NaN even
-    # when the mask hides every key.
-    logits = logits - logits.amax(dim=-1, keepdim=True)
     weights = logits.softmax(dim=-1)[..., :m]  # (B, H, N, M): the sink's share is dropped
     return (weights @ v.to(acc)).to(v.dtype)  # (B, H, N, M) @ (B, H, M, d_v) -> (B, H, N, d_v)
 # --8<-- [end:sink_attention]
