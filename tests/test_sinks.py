@@ -1,0 +1,271 @@
+"""Tests for snippets/modern/sinks.py, with torch alone.
+
+Oracles: the sink identity softmax([s, b])[:M] @ V = (softmax(s) @ V) *
+sigmoid(logsumexp(s) - b), with the plain output from
+F.scaled_dot_product_attention and the logsumexp from torch.logsumexp;
+the StreamingLLM mask written entry by entry; dense attention with that mask
+and RoPE at the original positions; dense attention over the kept tokens
+re-numbered from 0 (the positions StreamingLLM assigns). The comparison with
+Hugging Face's GptOssAttention is in tests/test_modern_transformers.py.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.testing import assert_close
+
+from snippets.modern.block import DecoderAttention
+from snippets.modern.sinks import (
+    LearnedSinks,
+    SinkCache,
+    apply_rope,
+    rope_tables,
+    sink_attention,
+    sink_window_mask,
+    streaming_attention,
+)
+
+
+def qkv(b=2, h=3, n=5, m=7, d=4, dtype=torch.float64, seed=0, spread=1.0):
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(b, h, n, d, generator=g, dtype=dtype) * spread
+    k = torch.randn(b, h, m, d, generator=g, dtype=dtype) * spread
+    v = torch.randn(b, h, m, d, generator=g, dtype=dtype)
+    return q, k, v
+
+
+def random_mask(n, m, seed=1, keep_first=True):
+    mask = torch.rand(n, m, generator=torch.Generator().manual_seed(seed)) > 0.4
+    if keep_first:
+        mask[:, 0] = True
+    return mask
+
+
+# --- the learned sink ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("use_mask", [False, True])
+def test_sink_identity(use_mask):
+    """softmax over [scores, sink], sink column dropped = plain output * sigmoid(lse - sink)."""
+    q, k, v = qkv()
+    sinks = torch.tensor([-1.0, 0.5, 2.0], dtype=torch.float64)
+    mask = random_mask(5, 7) if use_mask else None
+    scores = q @ k.transpose(-2, -1) / 2.0  # d = 4
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    plain = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    lse = torch.logsumexp(scores, dim=-1, keepdim=True)  # (B, H, N, 1)
+    expected = plain * torch.sigmoid(lse - sinks.view(1, 3, 1, 1))
+    assert_close(sink_attention(q, k, v, sinks, attn_mask=mask), expected, rtol=1e-12, atol=1e-12)
+
+
+def test_sink_identity_with_the_weights_written_out():
+    """The same output from the weights e^s / (sum e^s + e^b), summed by hand."""
+    q, k, v = qkv(b=1, h=2, n=3, m=4)
+    sinks = torch.tensor([0.3, -0.8], dtype=torch.float64)
+    scores = q @ k.transpose(-2, -1) / 2.0
+    weights = scores.exp() / (scores.exp().sum(-1, keepdim=True) + sinks.exp().view(1, 2, 1, 1))
+    assert_close(sink_attention(q, k, v, sinks), weights @ v, rtol=1e-12, atol=1e-12)
+    assert (weights.sum(-1) < 1).all()
+
+
+def test_very_negative_sink_is_plain_attention():
+    q, k, v = qkv()
+    sinks = torch.full((3,), -1e4, dtype=torch.float64)
+    assert_close(sink_attention(q, k, v, sinks), F.scaled_dot_product_attention(q, k, v), rtol=1e-12, atol=1e-12)
+
+
+def test_fully_masked_row_goes_to_the_sink_and_returns_zeros():
+    q, k, v = qkv(n=3, m=4)
+    mask = torch.ones(3, 4, dtype=torch.bool)
+    mask[1] = False
+    sinks = torch.zeros(3, dtype=torch.float64, requires_grad=True)
+    qr = q.clone().requires_grad_()
+    out = sink_attention(qr, k, v, sinks, attn_mask=mask)
+    assert torch.equal(out[..., 1, :], torch.zeros_like(out[..., 1, :]))
+    out.sum().backward()
+    assert torch.isfinite(qr.grad).all() and torch.isfinite(sinks.grad).all()
+
+
+def test_sink_gradcheck():
+    q, k, v = qkv(b=1, h=2, n=3, m=3, d=2)
+    sinks = torch.tensor([0.1, -0.4], dtype=torch.float64)
+    mask = random_mask(3, 3)
+    inputs = tuple(t.clone().requires_grad_() for t in (q, k, v, sinks))
+    assert torch.autograd.gradcheck(lambda a, b, c, s: sink_attention(a, b, c, s, attn_mask=mask), inputs)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_sink_half_precision_large_logits(dtype):
+    q, k, v = qkv(dtype=torch.float32, spread=60.0)  # scores in the thousands
+    sinks = torch.tensor([5.0, 0.0, -5.0])
+    out = sink_attention(q.to(dtype), k.to(dtype), v.to(dtype), sinks.to(dtype), attn_mask=random_mask(5, 7))
+    assert out.dtype == dtype and torch.isfinite(out).all()
+    ref = sink_attention(q.to(dtype).float(), k.to(dtype).float(), v.to(dtype).float(), sinks, attn_mask=random_mask(5, 7))
+    assert_close(out.float(), ref, rtol=3e-2, atol=3e-2)
+
+
+def test_learned_sinks_plug_into_decoder_attention():
+    torch.manual_seed(0)
+    plain = DecoderAttention(8, 2).double()
+    sunk = DecoderAttention(8, 2, attend=LearnedSinks(2, init=-1e4)).double()
+    sunk.load_state_dict(plain.state_dict(), strict=False)
+    x = torch.randn(1, 4, 8, dtype=torch.float64)
+    assert_close(sunk(x), plain(x), rtol=1e-12, atol=1e-12)
+    with torch.no_grad():
+        sunk.attend.sinks.fill_(1.0)
+    assert not torch.allclose(sunk(x), plain(x))
+    assert [n for n, _ in sunk.named_parameters() if "sinks" in n] == ["attend.sinks"]
+
+
+def test_exercise_half_weight_sink():
+    """Exercise 2: a sink logit equal to logsumexp(scores) halves the output."""
+    q, k, v = qkv(b=1, h=1, n=1, m=6)
+    scores = q @ k.transpose(-2, -1) / 2.0
+    sink = torch.logsumexp(scores, dim=-1).view(1)
+    assert_close(sink_attention(q, k, v, sink), F.scaled_dot_product_attention(q, k, v) / 2, rtol=1e-12, atol=1e-12)
+
+
+def test_exercise_share_of_equal_scores():
+    """Exercise 3: M equal scores s and a sink b leave sigmoid(s + ln M - b) to the tokens."""
+    m, s, b = 6, 0.7, 2.5
+    q = torch.tensor([2 * s, 0.0, 0.0, 0.0], dtype=torch.float64).view(1, 1, 1, 4)  # scale 1/2: score = s
+    k = torch.tensor([1.0, 0.0, 0.0, 0.0], dtype=torch.float64).expand(1, 1, m, 4)
+    v = torch.ones(1, 1, m, 1, dtype=torch.float64)  # the output is the tokens' total weight
+    share = sink_attention(q, k, v, torch.tensor([b], dtype=torch.float64)).item()
+    assert share == pytest.approx(1 / (1 + math.exp(b - s - math.log(m))), rel=1e-12)
+
+
+# --- StreamingLLM: the mask and the cache -------------------------------------------
+
+
+@pytest.mark.parametrize("n_sink, window", [(0, 3), (2, 3), (4, 1), (3, 20)])
+def test_sink_window_mask_matches_definition(n_sink, window):
+    n = 9
+    mask = sink_window_mask(n, n, n_sink, window)
+    assert mask.shape == (n, n) and mask.dtype == torch.bool
+    for i in range(n):
+        for j in range(n):
+            assert bool(mask[i, j]) == (j <= i and (j < n_sink or i - j < window)), (i, j)
+
+
+def test_sink_window_mask_is_aligned_to_the_lower_right():
+    full = sink_window_mask(10, 10, 2, 3)
+    assert torch.equal(sink_window_mask(4, 10, 2, 3), full[6:])
+
+
+def test_cache_never_grows_past_sinks_plus_window_over_a_long_decode():
+    n_sink, window, steps = 4, 6, 400
+    cache = SinkCache(n_sink, window)
+    g = torch.Generator().manual_seed(0)
+    stream = torch.randn(1, 2, steps, 3, generator=g)
+    for t in range(steps):
+        cache.update(stream[..., t : t + 1, :], -stream[..., t : t + 1, :])
+        assert len(cache) == min(t + 1, n_sink + window)
+        assert cache.keys.shape == (1, 2, len(cache), 3)
+        kept = sorted(set(range(min(n_sink, t + 1))) | set(range(max(0, t - window + 1), t + 1)))
+        assert cache.positions.tolist() == kept
+    assert torch.equal(cache.keys, stream[..., cache.positions, :])
+    assert torch.equal(cache.values, -stream[..., cache.positions, :])
+    assert cache.seen == steps
+
+
+def test_exercise_paper_example():
+    """Exercise 1: four sinks, a window of four; after token 9 the cache holds
+    tokens [0, 1, 2, 3, 6, 7, 8, 9], which StreamingLLM numbers 0 .. 7."""
+    cache = SinkCache(4, 4)
+    for t in range(10):
+        cache.update(torch.full((1, 1, 1, 2), float(t)), torch.zeros(1, 1, 1, 2))
+    assert cache.positions.tolist() == [0, 1, 2, 3, 6, 7, 8, 9]
+    assert cache.keys[0, 0, :, 0].tolist() == [0.0, 1.0, 2.0, 3.0, 6.0, 7.0, 8.0, 9.0]
+    assert torch.arange(len(cache)).tolist() == list(range(8))
+
+
+# --- StreamingLLM: decoding equals dense attention ------------------------------------
+
+
+def rotated(x, positions):
+    cos, sin = rope_tables(positions, x.shape[-1])
+    return apply_rope(x, cos, sin)
+
+
+@pytest.mark.parametrize("n_sink, window", [(2, 3), (0, 4), (4, 1)])
+def test_original_positions_equal_dense_attention_under_the_mask(n_sink, window):
+    q, k, v = qkv(n=14, m=14)
+    got = streaming_attention(q, k, v, n_sink=n_sink, window=window, positions="original")
+    pos = torch.arange(14)
+    dense = F.scaled_dot_product_attention(rotated(q, pos), rotated(k, pos), v,
+                                           attn_mask=sink_window_mask(14, 14, n_sink, window))
+    assert_close(got, dense, rtol=1e-10, atol=1e-10)
+
+
+def test_cache_positions_equal_attention_over_the_kept_tokens_renumbered():
+    """StreamingLLM's numbering: at step t the kept tokens sit at 0, 1, ..., L - 1."""
+    n_sink, window, n = 2, 3, 12
+    q, k, v = qkv(n=n, m=n)
+    got = streaming_attention(q, k, v, n_sink=n_sink, window=window, positions="cache")
+    for t in range(n):
+        kept = sorted(set(range(min(n_sink, t + 1))) | set(range(max(0, t - window + 1), t + 1)))
+        renumbered = torch.arange(len(kept))
+        keys = rotated(k[..., kept, :], renumbered)
+        query = rotated(q[..., [t], :], renumbered[-1:])
+        want = F.scaled_dot_product_attention(query, keys, v[..., kept, :])
+        assert_close(got[..., t : t + 1, :], want, rtol=1e-10, atol=1e-10)
+    original = streaming_attention(q, k, v, n_sink=n_sink, window=window, positions="original")
+    full = n_sink + window
+    assert_close(got[..., :full, :], original[..., :full, :], rtol=1e-10, atol=1e-10)  # nothing evicted yet
+    assert not torch.allclose(got[..., full:, :], original[..., full:, :], atol=1e-4)  # numbering differs
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_streaming_half_precision_large_logits(dtype):
+    q, k, v = qkv(n=8, m=8, dtype=torch.float32, spread=40.0)
+    out = streaming_attention(q.to(dtype), k.to(dtype), v.to(dtype), n_sink=2, window=3)
+    assert out.dtype == dtype and torch.isfinite(out).all()
+
+
+# --- bad input ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "make, error, match",
+    [
+        (lambda: sink_attention(*qkv(), torch.zeros(2)), ValueError,
+         r"sinks must be a floating tensor of shape \(H,\) = \(3,\), got \(2,\)"),
+        (lambda: sink_attention(torch.ones(1, 2, 3, 4, dtype=torch.long), *qkv()[1:], torch.zeros(3)), TypeError,
+         r"q must be a floating torch.Tensor, got torch.int64"),
+        (lambda: sink_attention(torch.ones(2, 3, 4), *qkv()[1:], torch.zeros(3)), ValueError,
+         r"q must have 4 dimensions \(B, H, length, d\), got shape \(2, 3, 4\)"),
+        (lambda: sink_attention(*qkv(d=4)[:2], torch.ones(2, 3, 6, 4, dtype=torch.float64), torch.zeros(3)), ValueError,
+         r"q \(B, H, N, d\), k \(B, H, M, d\) and v \(B, H, M, d_v\) disagree"),
+        (lambda: sink_attention(*qkv(), torch.zeros(3), attn_mask=torch.ones(5, 7)), TypeError,
+         r"attn_mask must be a boolean tensor \(True = may attend\), got torch.float32"),
+        (lambda: sink_attention(*qkv(), torch.zeros(3), attn_mask=torch.ones(5, 6, dtype=torch.bool)), ValueError,
+         r"attn_mask must be \(N, M\) or \(B, H or 1, N, M\) with N = 5, M = 7, got \(5, 6\)"),
+        (lambda: LearnedSinks(0), ValueError, r"n_heads must be an int >= 1, got 0"),
+        (lambda: sink_window_mask(3, 3, -1, 2), ValueError, r"n_sink must be an int >= 0, got -1"),
+        (lambda: sink_window_mask(3, 3, 1, 0), ValueError, r"window must be an int >= 1, got 0"),
+        (lambda: sink_window_mask(4, 3, 1, 2), ValueError, r"n_queries must be <= n_keys, got 4 > 3"),
+        (lambda: SinkCache(2, 0), ValueError, r"window must be an int >= 1, got 0"),
+        (lambda: SinkCache(2, 2).update(torch.ones(1, 1, 2, 3), torch.ones(1, 1, 3, 3)), ValueError,
+         r"k and v must be \(B, H, n, d\) with the same \(B, H, n\), got \(1, 1, 2, 3\) and \(1, 1, 3, 3\)"),
+        (lambda: streaming_attention(*qkv(n=5, m=7), n_sink=1, window=2), ValueError,
+         r"q and k must have the same length N for self-attention, got 5 and 7"),
+        (lambda: streaming_attention(*qkv(n=5, m=5), n_sink=1, window=2, positions="text"), ValueError,
+         r"positions must be 'cache' or 'original', got 'text'"),
+    ],
+)
+def test_bad_input_raises_named_errors(make, error, match):
+    with pytest.raises(error, match=match):
+        make()
+
+
+def test_cache_rejects_a_batch_of_another_shape():
+    cache = SinkCache(1, 2)
+    cache.update(torch.ones(1, 2, 1, 3), torch.ones(1, 2, 1, 3))
+    with pytest.raises(ValueError, match=r"k must have \(B, H\) = \(1, 2\) like the cached keys, got \(2, 2\)"):
+        cache.update(torch.ones(2, 2, 1, 3), torch.ones(2, 2, 1, 3))
