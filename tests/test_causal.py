@@ -180,6 +180,22 @@ def test_finite_for_large_inputs(dtype):
         assert out.dtype == dtype and torch.isfinite(out).all()
 
 
+@pytest.mark.parametrize("need_weights", [True, False])
+def test_float16_beyond_its_range_matches_float64(need_weights):
+    # Inputs of 1000: q . k reaches ~1e6, far past float16's 65504, so the
+    # scores must be formed in float32. The reference is causal attention in
+    # float64 on the module's own float16 projections.
+    m = _model(16, 8, 8).half()
+    x = (_x(d=16) * 1000).half()
+    out, _ = m(x, need_weights=need_weights)
+    q, k, v = (proj(x).double() for proj in (m.q_proj, m.k_proj, m.v_proj))
+    assert (q @ k.transpose(-2, -1)).abs().max() > 65504
+    attended = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    want = F.linear(attended, m.out_proj.weight.double(), m.out_proj.bias.double())
+    assert out.dtype == torch.float16 and torch.isfinite(out).all()
+    assert_close(out.double(), want, rtol=1e-2, atol=1e-2 * want.abs().max().item())
+
+
 def test_gradcheck_float64():
     m = _model(4, 3, 2).double()
     x = _x(b=1, n=3, d=4, dtype=torch.float64).requires_grad_()

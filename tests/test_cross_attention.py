@@ -140,6 +140,24 @@ def test_finite_for_large_inputs(dtype):
         assert out.dtype == dtype and torch.isfinite(out).all()
 
 
+@pytest.mark.parametrize("need_weights", [True, False])
+def test_float16_beyond_its_range_matches_float64(need_weights):
+    # Inputs of 1000: q . k reaches ~1e6, far past float16's 65504, so the
+    # scores must be formed in float32. The reference is attention in float64
+    # on the module's own float16 projections, with a padded context token.
+    m = _model(16, 12, 8, 8).half()
+    x, context = (_t(2, 3, 16) * 1000).half(), (_t(2, 5, 12, seed=1) * 1000).half()
+    key_mask = torch.tensor([[True] * 5, [True] * 3 + [False] * 2])
+    out, _ = m(x, context, key_mask=key_mask, need_weights=need_weights)
+    q = m.q_proj(x).double()
+    k, v = m.k_proj(context).double(), m.v_proj(context).double()
+    assert (q @ k.transpose(-2, -1)).abs().max() > 65504
+    attended = F.scaled_dot_product_attention(q, k, v, attn_mask=key_mask[:, None, :])
+    want = F.linear(attended, m.out_proj.weight.double(), m.out_proj.bias.double())
+    assert out.dtype == torch.float16 and torch.isfinite(out).all()
+    assert_close(out.double(), want, rtol=1e-2, atol=1e-2 * want.abs().max().item())
+
+
 def test_gradcheck_float64():
     m = _model(4, 3, 2, 2).double()
     x = _t(1, 2, 4, dtype=torch.float64).requires_grad_()

@@ -118,6 +118,23 @@ def test_finite_for_large_inputs(dtype):
     assert torch.isfinite(out).all() and torch.isfinite(weights).all()
 
 
+def test_float16_beyond_its_range_matches_float64():
+    # Inputs of 1000: q . k reaches ~1e6, far past float16's 65504, so the
+    # scores must be formed in float32. The reference is attention in float64
+    # on the module's own float16 projections.
+    torch.manual_seed(0)
+    m = SelfAttention(16, 8, 8).half()
+    x = (_x(d=16) * 1000).half()
+    out, weights = m(x)
+    q, k, v = (proj(x).double() for proj in (m.q_proj, m.k_proj, m.v_proj))
+    assert (q @ k.transpose(-2, -1)).abs().max() > 65504
+    want_weights = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(8), dim=-1)
+    want = F.linear(want_weights @ v, m.out_proj.weight.double(), m.out_proj.bias.double())
+    assert out.dtype == torch.float16 and torch.isfinite(out).all()
+    assert_close(out.double(), want, rtol=1e-2, atol=1e-2 * want.abs().max().item())
+    assert_close(weights.double(), want_weights, rtol=0, atol=1e-2)
+
+
 def test_gradcheck_float64():
     torch.manual_seed(0)
     m = SelfAttention(4, 3, 2).double()
