@@ -17,6 +17,7 @@ returns its own value when its own key is the only one it may see.
 from __future__ import annotations
 
 import torch
+from torch import nn
 
 
 def signed_qk(n: int, d: int, s: float = 1e5, dtype: torch.dtype = torch.float32):
@@ -49,3 +50,30 @@ def assert_matches(out: torch.Tensor, expected: torch.Tensor) -> None:
     assert torch.isfinite(out).all()
     scale = expected.abs().max().item()
     torch.testing.assert_close(out.double(), expected, rtol=1e-5, atol=1e-6 * scale)
+
+
+@torch.no_grad()
+def keys_against_queries(weight: torch.Tensor, bias: torch.Tensor | None, factor: float) -> None:
+    """Rewrite a fused ``(3D, D)`` q/k/v projection in place: the query rows times
+    ``factor``, the key rows minus the query rows. Every token then scores
+    ``-|q_t|^2 / sqrt(d)`` against itself in every head, so a query that may see
+    only itself has one allowed score, hugely negative.
+    """
+    d = weight.shape[0] // 3
+    weight[:d] *= factor
+    weight[d : 2 * d] = -weight[:d]
+    if bias is not None:
+        bias[:d] *= factor
+        bias[d : 2 * d] = -bias[:d]
+
+
+class WrittenOut(nn.Module):
+    """A MultiHeadAttention held to its written-out path (``need_weights=True``),
+    called as a block calls its attention; the weights are dropped."""
+
+    def __init__(self, mha: nn.Module) -> None:
+        super().__init__()
+        self.mha = mha
+
+    def forward(self, query, key=None, value=None, **masks):
+        return self.mha(query, key, value, need_weights=True, **masks)[0], None
