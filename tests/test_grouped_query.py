@@ -6,8 +6,9 @@ F.scaled_dot_product_attention(..., enable_gqa=True); its explicit grouped path
 equals its SDPA path under bool/float/key/causal masks, N != M; with H_kv = H
 and weights copied it equals nn.MultiheadAttention; from_torch mean-pools the
 key/value heads of each group (the GQA paper's conversion, written out here);
-weights rows sum to 1, padded keys and future tokens change nothing; finite in
-float32/bfloat16/float16; gradcheck in float64; the cache saving is H / H_kv;
+weights rows sum to 1, padded keys and future tokens change nothing, even at
+scores of 1e9; finite in float32/bfloat16/float16, and in float16 past 65504
+equal to float64; gradcheck in float64; the cache saving is H / H_kv;
 the helper sections copied from multi_head.py are identical; every error message
 is raised; the file runs alone from an empty folder.
 """
