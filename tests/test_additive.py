@@ -96,6 +96,29 @@ def test_padded_keys_never_change_real_outputs():
     assert_close(att(query, changed, key_mask=key_mask), att(query, keys, key_mask=key_mask))
 
 
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+def test_padded_keys_stay_out_at_huge_scores(sign):
+    # v_a is scaled by +-1e10, so the scores e_ij are about +-1e9 and beyond
+    # (float32): in one of the two signs the only real key of sentence 0 scores
+    # far below zero. The padded keys, which are also the values, are then made
+    # huge. With -inf masking their weights stay exactly 0 and no context moves;
+    # a finite fill (-1e4, even -1e9) would hand sentence 0 to the padding.
+    torch.manual_seed(4)
+    att = AdditiveAttention(4, 6, 5)
+    with torch.no_grad():
+        att.v_a.weight.mul_(sign * 1e10)
+    query, keys = torch.randn(2, 3, 4), torch.randn(2, 5, 6)
+    key_mask = _prefix_mask([1, 3], 5)
+    context, weights = att(query, keys, key_mask=key_mask)
+    padded = torch.where(key_mask[..., None], keys, 1e6 * torch.randn(2, 5, 6))
+    moved, moved_weights = att(query, padded, key_mask=key_mask)
+    assert torch.isfinite(context).all()
+    assert_close(moved, context, rtol=1e-5, atol=1e-5)
+    assert torch.equal(moved_weights, weights)
+    assert (weights[~key_mask.unsqueeze(1).expand(2, 3, 5)] == 0).all()
+    assert torch.equal(weights[0, :, 0], torch.ones(3))
+
+
 def test_fully_masked_row_returns_zeros():
     att = AdditiveAttention(4, 6, 5)
     key_mask = torch.tensor([[False, False, False], [True, False, False]])

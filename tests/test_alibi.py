@@ -9,6 +9,7 @@ import pytest
 import torch
 from torch.testing import assert_close
 
+from huge_scores import signed_qk
 from snippets.attention.alibi import alibi_attention, alibi_bias, alibi_slopes
 
 SNIPPET = Path(__file__).resolve().parents[1] / "snippets" / "attention" / "alibi.py"
@@ -123,6 +124,39 @@ def test_causal_output_unchanged_when_future_changes():
     k2[..., 4:, :] += 3.0
     v2[..., 4:, :] -= 3.0
     assert_close(alibi_attention(q, k2, v2, slopes)[..., :4, :], out[..., :4, :])
+
+
+def test_future_keys_stay_out_at_huge_scores():
+    # Scores of +-3.5e9 in float32 (tests/huge_scores.py): query 0 may see only
+    # key 0, which scores -3.5e9, while every future key scores +3.5e9 and
+    # carries a value of 1e6. Only -inf in the bias keeps query 0 on its own
+    # value; a finite fill (-1e4, even -1e9) would hand it the future.
+    n = 6
+    q, k = signed_qk(n, 8)
+    q, k = q.expand(2, 4, n, 8), k.expand(2, 4, n, 8)
+    v = 1e6 * torch.randn(2, 4, n, 8, generator=torch.Generator().manual_seed(1))
+    slopes = alibi_slopes(4)
+    out = alibi_attention(q, k, v, slopes)
+    assert torch.equal(out[..., 0, :], v[..., 0, :])
+    k2, v2 = k.clone(), v.clone()
+    k2[..., 3:, :] *= 3.0
+    v2[..., 3:, :] = 1e6 * torch.randn(2, 4, n - 3, 8, generator=torch.Generator().manual_seed(2))
+    moved = alibi_attention(q, k2, v2, slopes)
+    assert torch.isfinite(out).all()
+    assert_close(moved[..., :3, :], out[..., :3, :], rtol=1e-5, atol=1.0)
+
+
+def test_float16_beyond_its_range_matches_float64():
+    # q . k reaches ~1e6 here, far past float16's 65504: the scores must not be
+    # formed in float16. Reference: the equation in float64 on the same inputs.
+    q, k, v = _qkv(b=1, h=4, n=16, m=16, d=8, dtype=torch.float32)
+    q, k, v = (q * 400).half(), (k * 400).half(), v.half()
+    assert (q.double() @ k.double().transpose(-2, -1)).abs().max() > 65504
+    slopes = alibi_slopes(4)
+    out = alibi_attention(q, k, v, slopes)
+    want = reference_attention(q.double(), k.double(), v.double(), slopes.double())
+    assert out.dtype == torch.float16 and torch.isfinite(out).all()
+    assert_close(out.double(), want, rtol=1e-2, atol=1e-2)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])

@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch.testing import assert_close
 
+from huge_scores import WrittenOut, keys_against_queries
 from snippets.architecture.block import TransformerBlock
 from snippets.attention.multi_head import MultiHeadAttention
 from snippets.history.bert import (
@@ -108,6 +109,29 @@ def test_padded_tokens_never_change_real_outputs():
     before = m.bert(ids, segment_ids=segments, key_mask=key_mask)
     after = m.bert(changed, segment_ids=segments, key_mask=key_mask)
     assert_close(after[key_mask], before[key_mask])
+
+
+@pytest.mark.parametrize("written_out", [False, True])
+def test_padded_tokens_stay_out_at_huge_scores(written_out):
+    # In every layer W_k = -W_q with W_q scaled by 1e7: a token scores about
+    # -1e10 or less against itself (float32). Sentence 0 is [CLS] alone, so its
+    # one allowed score is that; every padded token outscores it by far. With
+    # -inf masking the real outputs do not move when the padding changes; a
+    # fill of -1e4 (or -1e9) would hand [CLS] to the padding.
+    m = model()
+    for layer in m.bert.layers:
+        if written_out:
+            layer.attention = WrittenOut(layer.attention)
+        mha = layer.attention.mha if written_out else layer.attention
+        keys_against_queries(mha.in_proj.weight, mha.in_proj.bias, 1e7)
+    ids, segments, key_mask = batch()
+    key_mask[0, 1:] = False  # sentence 0: [CLS] and nothing else
+    changed = ids.clone()
+    changed[~key_mask] = torch.randint(5, 30, (int((~key_mask).sum()),), generator=torch.Generator().manual_seed(0))
+    before = m.bert(ids, segment_ids=segments, key_mask=key_mask)
+    after = m.bert(changed, segment_ids=segments, key_mask=key_mask)
+    assert torch.isfinite(before).all()
+    assert_close(after[key_mask], before[key_mask], rtol=1e-5, atol=1e-5)
 
 
 def test_mlm_head_is_tied_and_written_out():

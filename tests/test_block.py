@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.testing import assert_close
 
+from huge_scores import WrittenOut, keys_against_queries
 from snippets.architecture.block import TorchAttention, TransformerBlock
 from snippets.attention.multi_head import MultiHeadAttention
 
@@ -146,6 +147,43 @@ def test_causal_block_ignores_future_tokens(norm_first):
     changed = x.clone()
     changed[:, 4:] = torch.randn(B, N - 4, D)
     assert_close(block(changed, is_causal=True)[:, :4], block(x, is_causal=True)[:, :4])
+
+
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("attention", ["guide", "written_out", "torch"])
+@pytest.mark.parametrize("norm_first", [True, False])
+def test_masks_hold_at_huge_scores(norm_first, attention, bias):
+    # W_k = -W_q with W_q scaled by 1e7: a token scores about -1e10 or less
+    # against itself (float32). Under the causal flag token 0 may see only
+    # itself, and so may the last token of the left-padded sequence 1; every
+    # hidden key outscores that one allowed score by far. With bias, a finite
+    # float mask rides along, so the boolean parts must be folded in as -inf.
+    # With -inf the outputs they must not see do not move; -1e4 (or -1e9) would leak.
+    layer = torch_layer(norm_first, "gelu")
+    if attention == "torch":
+        block = TransformerBlock.from_torch(layer)  # runs nn.MultiheadAttention
+        keys_against_queries(block.attention.mha.in_proj_weight, block.attention.mha.in_proj_bias, 1e7)
+        key_mask = None  # nn.MultiheadAttention wants one mask type: no key mask next to a float one
+    else:
+        mha = MultiHeadAttention.from_torch(layer.self_attn)
+        keys_against_queries(mha.in_proj.weight, mha.in_proj.bias, 1e7)
+        block = TransformerBlock.from_torch(layer, WrittenOut(mha) if attention == "written_out" else mha)
+        key_mask = torch.tensor([[True] * N, [False] * (N - 1) + [True]])
+    x = torch.randn(B, N, D)
+    kwargs = dict(attn_mask=torch.randn(N, N) if bias else None, key_mask=key_mask, is_causal=True)
+    out = block(x, **kwargs)
+    hidden = x.clone()
+    hidden[0, 3:] = -10 * x[0, 0]  # the future of tokens 0..2
+    if key_mask is None:
+        hidden[1, 3:] = -10 * x[1, 0]
+        watched = [(1, slice(0, 3))]
+    else:
+        hidden[1, : N - 1] = -10 * x[1, N - 1]  # the left padding of sequence 1
+        watched = [(1, slice(N - 1, N))]
+    moved = block(hidden, **kwargs)
+    assert torch.isfinite(out).all() and torch.isfinite(moved).all()
+    for b, rows in [(0, slice(0, 3))] + watched:
+        assert_close(moved[b, rows], out[b, rows], rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("norm_first", [True, False])

@@ -139,6 +139,34 @@ def test_left_padding_is_ignored(need_weights):
     assert_close(m(changed, key_mask=key_mask, need_weights=need_weights)[0][:, 2:], out[:, 2:])
 
 
+@pytest.mark.parametrize("need_weights", [True, False])
+def test_future_and_padding_stay_out_at_huge_scores(need_weights):
+    # W_k = -W_q (and b_k = -b_q) makes k_t = -q_t, so a token scores
+    # -|q_t|^2 / sqrt(d) against itself: about -1e9 and below for inputs of 1e5,
+    # in float32. Token 0 of sequence 0 and the first real token of sequence 1
+    # (left padded) may see only themselves. The keys they must not see are then
+    # set to -10 times their own input: those keys score +10 |q|^2 / sqrt(d) and
+    # carry values of 1e6. With -inf masking the outputs do not move; a fill of
+    # -1e4 (or -1e9) would give those rows to the hidden keys.
+    m = _model(8)
+    with torch.no_grad():
+        m.k_proj.weight.copy_(-m.q_proj.weight)
+        m.k_proj.bias.copy_(-m.q_proj.bias)
+    x = _x(n=6) * 1e5
+    key_mask = torch.tensor([[True] * 6, [False] * 5 + [True]])
+    out, weights = m(x, key_mask=key_mask, need_weights=need_weights)
+    hidden = x.clone()
+    hidden[0, 3:] = -10 * x[0, 0]  # the future of tokens 0..2
+    hidden[1, :5] = -10 * x[1, 5]  # the left padding
+    moved, _ = m(hidden, key_mask=key_mask, need_weights=need_weights)
+    assert torch.isfinite(out).all() and torch.isfinite(moved).all()
+    assert_close(moved[0, :3], out[0, :3], rtol=1e-5, atol=1e-5 * out.abs().max().item())
+    assert_close(moved[1, 5], out[1, 5], rtol=1e-5, atol=1e-5 * out.abs().max().item())
+    if need_weights:
+        assert torch.equal(weights[0, 0], torch.eye(6)[0])
+        assert torch.equal(weights[1, 5], torch.eye(6)[5])
+
+
 def test_causal_mask_is_lower_right_aligned():
     assert torch.equal(causal_mask(2, 4), torch.tensor([[1, 1, 1, 0], [1, 1, 1, 1]]).bool())
 
@@ -150,6 +178,22 @@ def test_finite_for_large_inputs(dtype):
     for need_weights in (True, False):
         out, _ = m(x, need_weights=need_weights)
         assert out.dtype == dtype and torch.isfinite(out).all()
+
+
+@pytest.mark.parametrize("need_weights", [True, False])
+def test_float16_beyond_its_range_matches_float64(need_weights):
+    # Inputs of 1000: q . k reaches ~1e6, far past float16's 65504, so the
+    # scores must be formed in float32. The reference is causal attention in
+    # float64 on the module's own float16 projections.
+    m = _model(16, 8, 8).half()
+    x = (_x(d=16) * 1000).half()
+    out, _ = m(x, need_weights=need_weights)
+    q, k, v = (proj(x).double() for proj in (m.q_proj, m.k_proj, m.v_proj))
+    assert (q @ k.transpose(-2, -1)).abs().max() > 65504
+    attended = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    want = F.linear(attended, m.out_proj.weight.double(), m.out_proj.bias.double())
+    assert out.dtype == torch.float16 and torch.isfinite(out).all()
+    assert_close(out.double(), want, rtol=1e-2, atol=1e-2 * want.abs().max().item())
 
 
 def test_gradcheck_float64():

@@ -161,6 +161,34 @@ def test_padded_items_never_change_the_outputs(cls):
     assert not torch.allclose(m(question, image)[1], m(question2, image2)[1])
 
 
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+@pytest.mark.parametrize("cls", [ParallelCoAttention, AlternatingCoAttention])
+def test_padded_items_stay_out_at_huge_logits(cls, sign):
+    # The scoring vectors w_h are scaled by +-1e10, so every logit is about
+    # +-1e9 or more (float32): with both signs, the one real region of example
+    # 2 and the one real word of example 1 score far below zero in one of the
+    # two runs. Padded items are then made huge (1e4). With -inf masking their
+    # weights stay exactly 0 and nothing moves; a finite fill (-1e4, even -1e9)
+    # would hand those examples to the padding.
+    m, question, image = make(cls, seed=6, dtype=torch.float32)
+    with torch.no_grad():
+        for name, p in m.named_parameters():
+            if name.split(".")[-1] in ("w_hq", "w_hv", "w_hx"):
+                p.mul_(sign * 1e10)
+    q_mask = torch.arange(T) < torch.tensor([4, 1, 3])[:, None]  # (B, T)
+    v_mask = torch.arange(N) < torch.tensor([5, 3, 1])[:, None]  # (B, N)
+    before = m(question, image, question_mask=q_mask, image_mask=v_mask)
+    question2 = torch.where(q_mask[..., None], question, 1e4 * torch.randn_like(question))
+    image2 = torch.where(v_mask[..., None], image, -1e4 * torch.randn_like(image))
+    after = m(question2, image2, question_mask=q_mask, image_mask=v_mask)
+    for x, y in zip(before, after):
+        assert torch.isfinite(x).all()
+        torch.testing.assert_close(y, x, rtol=1e-5, atol=1e-5)
+    a_q, a_v = before[2], before[3]
+    assert (a_q[~q_mask] == 0).all() and (a_v[~v_mask] == 0).all()
+    assert a_q[1, 0] == 1 and a_v[2, 0] == 1
+
+
 def test_parallel_directions_are_coupled_through_the_affinity():
     # Changing only the image must move the question weights (and vice versa):
     # that is what makes it co-attention rather than two separate attentions.
@@ -216,6 +244,27 @@ def test_finite_and_close_in_low_precision(cls, dtype):
     big_v = (image.clamp(-2, 2) * 3e4).to(dtype)
     for g in low(big_q, big_v, question_mask=q_mask, image_mask=v_mask):
         assert torch.isfinite(g).all()
+
+
+@pytest.mark.parametrize("cls", [ParallelCoAttention, AlternatingCoAttention])
+def test_float16_beyond_its_range_matches_float64(cls):
+    # Inputs of 3e4 and weights times 50: the products inside the affinity and
+    # the hidden layers pass float16's 65504 (inf - inf = NaN), so they must be
+    # formed in float32. Reference: the same float16 numbers run in float64.
+    m, question, image = make(cls, seed=10)
+    _, _, q_mask, v_mask = masks()
+    with torch.no_grad():
+        for p in m.parameters():
+            p.mul_(50.0)
+    low = m.half()
+    big_q = (question.clamp(-2, 2) * 3e4).half()
+    big_v = (image.clamp(-2, 2) * 3e4).half()
+    got = low(big_q, big_v, question_mask=q_mask, image_mask=v_mask)
+    exact = low.double()  # the float16 weights, now held in float64 (the conversion is exact)
+    want = exact(big_q.double(), big_v.double(), question_mask=q_mask, image_mask=v_mask)
+    for g, w in zip(got, want):
+        assert g.dtype == torch.float16 and torch.isfinite(g).all()
+        torch.testing.assert_close(g.double(), w, rtol=1e-2, atol=1e-2 * max(1.0, w.abs().max().item()))
 
 
 # ------------------------------------------------------------------ errors

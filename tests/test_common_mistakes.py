@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import snippets.attention.common_mistakes as cm
+from huge_scores import assert_matches, expected_output, signed_qk
 
 SNIPPET = pathlib.Path(__file__).resolve().parents[1] / "snippets/attention/common_mistakes.py"
 
@@ -256,6 +257,23 @@ def test_masked_weights_matches_sdpa():
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
     torch.testing.assert_close(cm.masked_weights(scores, ALLOWED),
                                sdpa_weights(q, k, attn_mask=ALLOWED))
+
+
+def test_right_masking_holds_at_huge_scores():
+    # Scores of +-3.5e9 in float32 (tests/huge_scores.py): every blocked key
+    # outscores the allowed ones and query 0 may see only its own key, which
+    # scores -3.5e9. Values are 1e6. The -inf fill keeps blocked keys at exactly
+    # 0; -1e4, or -1e9 in float32, would give them row 0.
+    n = 6
+    q, k = signed_qk(n, 8)
+    v = 1e6 * torch.randn(2, n, 5, generator=torch.Generator().manual_seed(7))
+    allowed = torch.rand(n, n, generator=torch.Generator().manual_seed(8)) > 0.5
+    allowed |= torch.eye(n, dtype=torch.bool)
+    allowed[0] = torch.arange(n) == 0
+    out = cm.masked_attention(q.expand(2, n, 8), k.expand(2, n, 8), v, allowed)
+    assert_matches(out, expected_output(v, allowed))
+    weights = cm.masked_weights(q @ k.T / math.sqrt(8), allowed)
+    assert (weights[~allowed] == 0).all() and torch.equal(weights[0], torch.eye(n)[0])
 
 
 def test_allowed_must_be_bool():

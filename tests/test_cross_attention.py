@@ -81,6 +81,31 @@ def test_padded_keys_never_change_real_outputs(need_weights):
         assert (weights[1, :, 2:] == 0).all()
 
 
+@pytest.mark.parametrize("need_weights", [True, False])
+def test_padded_keys_stay_out_at_huge_scores(need_weights):
+    # W_k = -W_q and the first context token of each sequence is the first query
+    # token, so query 0 scores -|q_0|^2 / sqrt(d) (about -1e9 and below for inputs
+    # of 1e5, float32) against key 0, the only real key of sequence 1. The padded
+    # keys are then set to -10 times that token: they score +10 |q_0|^2 / sqrt(d)
+    # and carry huge values. With -inf masking nothing moves; a fill of -1e4 (or
+    # -1e9) would give query 0 to the padding.
+    m = _model(8)
+    with torch.no_grad():
+        m.k_proj.weight.copy_(-m.q_proj.weight)
+        m.k_proj.bias.copy_(-m.q_proj.bias)
+    x, context = _t(2, 3, 8) * 1e5, _t(2, 5, 8, seed=1) * 1e5
+    context[:, 0] = x[:, 0]
+    key_mask = torch.tensor([[True, True, True, False, False], [True, False, False, False, False]])
+    out, weights = m(x, context, key_mask=key_mask, need_weights=need_weights)
+    hidden = context.clone()
+    hidden[~key_mask] = -10 * x[:, :1].expand(2, 5, 8)[~key_mask]
+    moved, _ = m(x, hidden, key_mask=key_mask, need_weights=need_weights)
+    assert torch.isfinite(out).all()
+    assert_close(moved, out, rtol=1e-5, atol=1e-5 * out.abs().max().item())
+    if need_weights:
+        assert torch.equal(weights[1, 0], torch.eye(5)[0])
+
+
 def test_all_padding_gives_zero_attention():
     m = _model(8, 5, project_out=False)
     x, context = _t(2, 3, 8), _t(2, 4, 5, seed=1)
@@ -113,6 +138,24 @@ def test_finite_for_large_inputs(dtype):
     for need_weights in (True, False):
         out, _ = m(x, context, need_weights=need_weights)
         assert out.dtype == dtype and torch.isfinite(out).all()
+
+
+@pytest.mark.parametrize("need_weights", [True, False])
+def test_float16_beyond_its_range_matches_float64(need_weights):
+    # Inputs of 1000: q . k reaches ~1e6, far past float16's 65504, so the
+    # scores must be formed in float32. The reference is attention in float64
+    # on the module's own float16 projections, with a padded context token.
+    m = _model(16, 12, 8, 8).half()
+    x, context = (_t(2, 3, 16) * 1000).half(), (_t(2, 5, 12, seed=1) * 1000).half()
+    key_mask = torch.tensor([[True] * 5, [True] * 3 + [False] * 2])
+    out, _ = m(x, context, key_mask=key_mask, need_weights=need_weights)
+    q = m.q_proj(x).double()
+    k, v = m.k_proj(context).double(), m.v_proj(context).double()
+    assert (q @ k.transpose(-2, -1)).abs().max() > 65504
+    attended = F.scaled_dot_product_attention(q, k, v, attn_mask=key_mask[:, None, :])
+    want = F.linear(attended, m.out_proj.weight.double(), m.out_proj.bias.double())
+    assert out.dtype == torch.float16 and torch.isfinite(out).all()
+    assert_close(out.double(), want, rtol=1e-2, atol=1e-2 * want.abs().max().item())
 
 
 def test_gradcheck_float64():

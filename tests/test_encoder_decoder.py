@@ -17,6 +17,7 @@ import torch
 from torch import nn
 from torch.testing import assert_close
 
+from huge_scores import WrittenOut, keys_against_queries
 from snippets.architecture.block import TransformerBlock
 from snippets.architecture.encoder_decoder import Decoder, DecoderBlock, Encoder, EncoderDecoder
 from snippets.attention.multi_head import MultiHeadAttention
@@ -160,6 +161,42 @@ def test_padded_source_tokens_never_change_real_outputs(norm_first):
     before = ours(src, tgt, src_key_mask=skm, tgt_key_mask=tkm)
     after = ours(garbage, tgt, src_key_mask=skm, tgt_key_mask=tkm)
     assert_close(after, before)
+
+
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+@pytest.mark.parametrize("written_out", [False, True])
+def test_masks_hold_at_huge_scores(written_out, sign):
+    # Every attention gets W_q scaled by 1e7 and W_k = -W_q: in the self-
+    # attentions a token scores about -1e10 or less against itself (float32).
+    # Source 2 is one real token, so its encoder row has only that score, and
+    # target token 0 sees only itself. The cross-attention keys are flipped by
+    # `sign`, so in one of the two runs target rows of sequence 2 score their
+    # one real source token far below zero too. Padded source tokens and future
+    # target tokens then change; with -inf masking the rows that must not see
+    # them do not move, while a fill of -1e4 (or -1e9) would leak them in.
+    def attention(mha):
+        ours = MultiHeadAttention.from_torch(mha)
+        return WrittenOut(ours) if written_out else ours
+
+    model = EncoderDecoder.from_torch(torch_transformer(norm_first=True), attention=attention,
+                                      encoder_layer=TransformerBlock.from_torch)
+    for module in model.modules():
+        if isinstance(module, MultiHeadAttention):
+            keys_against_queries(module.in_proj.weight, module.in_proj.bias, 1e7)
+    with torch.no_grad():
+        for block in model.decoder.layers:
+            cross = block.cross_attention.mha if written_out else block.cross_attention
+            cross.in_proj.weight[D : 2 * D] *= sign
+            cross.in_proj.bias[D : 2 * D] *= sign
+    src, tgt, skm, _ = inputs()
+    skm[2, 1:] = False  # source 2: one real token
+    src2, tgt2 = src.clone(), tgt.clone()
+    src2[~skm] = -10 * src[:, :1].expand(B, M, D)[~skm]
+    tgt2[:, 3:] = -10 * tgt[:, :1]
+    before = model(src, tgt, src_key_mask=skm)
+    after = model(src2, tgt2, src_key_mask=skm)
+    assert torch.isfinite(before).all() and torch.isfinite(after).all()
+    assert_close(after[:, :3], before[:, :3], rtol=1e-5, atol=1e-5)
 
 
 def test_cross_attention_reads_the_source():

@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch.testing import assert_close
 
+from huge_scores import WrittenOut, keys_against_queries
 from snippets.architecture.block import TransformerBlock
 from snippets.attention.multi_head import MultiHeadAttention
 from snippets.history.gpt import GPT, GPTConfig, generate, next_token_loss, reversal_task
@@ -77,6 +78,29 @@ def test_logits_never_depend_on_later_tokens(norm_first):
     assert not torch.allclose(la[:, 4:], lb[:, 4:])
 
 
+@pytest.mark.parametrize("written_out", [False, True])
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_later_tokens_stay_out_at_huge_scores(norm_first, written_out):
+    # In every layer W_k = -W_q with W_q scaled by 1e7: a token scores about
+    # -1e10 or less against itself (float32), so token 0, which may see only
+    # itself, has nothing but that one hugely negative score. Later tokens
+    # outscore it by far; with -inf masking the logits of tokens 0..2 still do
+    # not move when tokens 3.. change, while a fill of -1e4 (or -1e9) lets them in.
+    m = model(norm_first)
+    for layer in m.layers:
+        if written_out:
+            layer.attention = WrittenOut(layer.attention)
+        mha = layer.attention.mha if written_out else layer.attention
+        keys_against_queries(mha.in_proj.weight, mha.in_proj.bias, 1e7)
+    a = ids(0)
+    b = a.clone()
+    b[:, 3:] = (b[:, 3:] + 5) % 13
+    la, lb = m(a), m(b)
+    assert torch.isfinite(la).all() and torch.isfinite(lb).all()
+    assert_close(lb[:, :3], la[:, :3], rtol=1e-5, atol=1e-5)
+    assert not torch.allclose(lb[:, 3:], la[:, 3:])
+
+
 def test_next_token_loss_is_the_shifted_cross_entropy():
     g = torch.Generator(device=torch.get_default_device()).manual_seed(0)
     logits = torch.randn(2, 5, 13, generator=g)
@@ -111,6 +135,21 @@ def test_sampling_is_reproducible_and_cold_sampling_is_greedy():
     assert torch.equal(cold, generate(m, prompt, 5))
     hot = [generate(m, prompt, 5, temperature=5.0, generator=torch.Generator(device=torch.get_default_device()).manual_seed(s)) for s in range(4)]
     assert any(not torch.equal(h, hot[0]) for h in hot[1:])
+
+
+def test_cold_sampling_from_float16_logits_is_greedy():
+    # Float16 logits near 30 divided by a temperature of 1e-4 are ~3e5, far past
+    # float16's 65504: dividing before leaving float16 gives inf, softmax NaN and
+    # multinomial an error. Sampling must stay finite and pick the argmax.
+    m = model().half()
+    with torch.no_grad():
+        m.token.weight.mul_(100)  # logits of tens, not hundredths
+    prompt = ids(2, n=3)
+    logits = m(prompt)[:, -1]
+    assert logits.dtype == torch.float16 and logits.abs().max() / 1e-4 > 65504
+    cold = generate(m, prompt, 5, temperature=1e-4, generator=torch.Generator().manual_seed(1))
+    assert torch.equal(cold, generate(m, prompt, 5))
+    assert torch.equal(cold[:, 3], logits.argmax(-1))
 
 
 def test_generation_past_the_window_reads_the_last_max_len_tokens():

@@ -6,8 +6,9 @@ F.scaled_dot_product_attention(..., enable_gqa=True); its explicit grouped path
 equals its SDPA path under bool/float/key/causal masks, N != M; with H_kv = H
 and weights copied it equals nn.MultiheadAttention; from_torch mean-pools the
 key/value heads of each group (the GQA paper's conversion, written out here);
-weights rows sum to 1, padded keys and future tokens change nothing; finite in
-float32/bfloat16/float16; gradcheck in float64; the cache saving is H / H_kv;
+weights rows sum to 1, padded keys and future tokens change nothing, even at
+scores of 1e9; finite in float32/bfloat16/float16, and in float16 past 65504
+equal to float64; gradcheck in float64; the cache saving is H / H_kv;
 the helper sections copied from multi_head.py are identical; every error message
 is raised; the file runs alone from an empty folder.
 """
@@ -174,6 +175,59 @@ def test_large_inputs_finite(dtype, need_weights):
     x = (torch.randn(1, 5, 16) * 100).to(dtype)
     out, _ = m(x, is_causal=True, need_weights=need_weights)
     assert out.dtype == dtype and torch.isfinite(out).all()
+
+
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("need_weights", [False, True])
+def test_masks_hold_at_huge_scores(bias, need_weights):
+    # Each query head is minus its key/value head (W_q of head h = -W_k of
+    # group h // G), so a token scores -|k_t|^2 / sqrt(d) against itself: about
+    # -1e9 and below for inputs of 1e5 (float32). Token 0 of sequence 0 (causal)
+    # and token 4 of sequence 1 (left padded) may see only themselves; the keys
+    # hidden from them are set to -10 times their input, scoring
+    # +10 |k|^2 / sqrt(d) with huge values. With -inf masking nothing they must
+    # not see moves; a fill of -1e4 (or -1e9) would leak.
+    torch.manual_seed(0)
+    m = GroupedQueryAttention(16, 4, 2).eval()
+    with torch.no_grad():
+        m.k_proj.bias.normal_()
+        m.q_proj.weight.copy_(-m.k_proj.weight.view(2, 1, 4, 16).expand(2, 2, 4, 16).reshape(16, 16))
+        m.q_proj.bias.copy_(-m.k_proj.bias.view(2, 1, 4).expand(2, 2, 4).reshape(16))
+    x = torch.randn(2, 5, 16) * 1e5
+    key_mask = torch.tensor([[True] * 5, [False] * 4 + [True]])
+    attn_mask = torch.randn(5, 5) if bias else None  # a finite float mask joins the -inf
+    kwargs = dict(attn_mask=attn_mask, key_mask=key_mask, is_causal=True, need_weights=need_weights)
+    out, weights = m(x, **kwargs)
+    hidden = x.clone()
+    hidden[0, 3:] = -10 * x[0, 0]  # the future of tokens 0..2
+    hidden[1, :4] = -10 * x[1, 4]  # the left padding
+    moved, _ = m(hidden, **kwargs)
+    assert torch.isfinite(out).all() and torch.isfinite(moved).all()
+    tol = dict(rtol=1e-5, atol=1e-5 * out.abs().max().item())
+    torch.testing.assert_close(moved[0, :3], out[0, :3], **tol)
+    torch.testing.assert_close(moved[1, 4], out[1, 4], **tol)
+    if need_weights:
+        assert torch.equal(weights[0, :, 0], torch.eye(5)[0].expand(4, 5))
+        assert torch.equal(weights[1, :, 4], torch.eye(5)[4].expand(4, 5))
+
+
+@pytest.mark.parametrize("need_weights", [False, True])
+def test_float16_beyond_its_range_matches_float64(need_weights):
+    # Inputs of 1000: the scores q . k reach ~1e6, far past float16's 65504, so
+    # they must be formed in float32. The reference is the equation in float64
+    # on the module's own float16 projections.
+    torch.manual_seed(0)
+    m = GroupedQueryAttention(16, 4, 2).half()
+    x = (torch.randn(2, 5, 16) * 1000).half()
+    out, _ = m(x, is_causal=True, need_weights=need_weights)
+    q = heads(m.q_proj(x), 4).double()
+    k = heads(m.k_proj(x), 2).double().repeat_interleave(2, dim=1)
+    v = heads(m.v_proj(x), 2).double().repeat_interleave(2, dim=1)
+    assert (q @ k.transpose(-2, -1)).abs().max() > 65504
+    attended = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(2, 5, 16)
+    want = F.linear(attended, m.out_proj.weight.double(), m.out_proj.bias.double())
+    assert out.dtype == torch.float16 and torch.isfinite(out).all()
+    torch.testing.assert_close(out.double(), want, rtol=1e-2, atol=1e-2 * want.abs().max().item())
 
 
 def test_gradcheck_float64():

@@ -7,7 +7,11 @@ without a cache equals causal attention written out here from the equation
 (key/value heads repeated); prefill + token-by-token decoding, and chunked
 prefill after a cached prefix (N != M, lower-right mask), reproduce the full
 causal forward pass of TinyDecoder position for position, for H_kv = H and
-H_kv < H; greedy generation gives the same tokens with and without the cache;
+H_kv < H; TinyDecoder's logits, full and cached, equal the model written out
+from its weights here and nn.TransformerEncoderLayer with the weights copied
+(so a broken block cannot hide behind cached == uncached), and greedy decoding
+takes their argmax; a chunk after the cache keeps its future out even when
+scores reach 1e9; greedy generation gives the same tokens with and without the cache;
 future tokens never change past logits; every error message is raised; the
 file runs alone from an empty folder.
 """
@@ -19,6 +23,8 @@ from pathlib import Path
 
 import pytest
 import torch
+import torch.nn.functional as F
+from torch import nn
 
 from snippets.efficiency.kv_cache import (
     CachedSelfAttention,
@@ -126,6 +132,116 @@ def test_future_tokens_do_not_change_past_logits():
     assert not torch.allclose(la[:, 5:], lb[:, 5:])
 
 
+
+
+def decoder_by_hand(model: TinyDecoder, tokens: torch.Tensor) -> torch.Tensor:
+    """TinyDecoder's logits written out from its weights: embeddings, then per layer
+    x + attn(LN1(x)) and x + W2 gelu(W1 LN2(x) + b1) + b2, a final LN, the head."""
+    B, N = tokens.shape
+    x = model.embed.weight[tokens] + model.pos.weight[:N]
+    for attn, norm1, norm2, (fc1, _, fc2) in zip(model.attn, model.norm1, model.norm2, model.mlp):
+        h = F.layer_norm(x, x.shape[-1:], norm1.weight, norm1.bias, norm1.eps)
+        g = attn.n_heads // attn.n_kv_heads
+        q = F.linear(h, attn.q_proj.weight, attn.q_proj.bias).view(B, N, attn.n_heads, -1).transpose(1, 2)
+        k = F.linear(h, attn.k_proj.weight, attn.k_proj.bias).view(B, N, attn.n_kv_heads, -1).transpose(1, 2)
+        v = F.linear(h, attn.v_proj.weight, attn.v_proj.bias).view(B, N, attn.n_kv_heads, -1).transpose(1, 2)
+        k, v = k.repeat_interleave(g, dim=1), v.repeat_interleave(g, dim=1)
+        scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+        scores = scores.masked_fill(~torch.ones(N, N, dtype=torch.bool).tril(), float("-inf"))
+        heads = (torch.softmax(scores, dim=-1) @ v).transpose(1, 2).reshape(B, N, -1)
+        x = x + F.linear(heads, attn.out_proj.weight, attn.out_proj.bias)
+        h = F.layer_norm(x, x.shape[-1:], norm2.weight, norm2.bias, norm2.eps)
+        x = x + F.linear(F.gelu(F.linear(h, fc1.weight, fc1.bias)), fc2.weight, fc2.bias)
+    x = F.layer_norm(x, x.shape[-1:], model.norm.weight, model.norm.bias, model.norm.eps)
+    return x @ model.head.weight.T
+
+
+def randomised(model: TinyDecoder) -> TinyDecoder:
+    """Norm weights away from 1 and biases away from 0, so that each one matters."""
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" in name or name.endswith("bias"):
+                p.normal_(mean=1.0 if name.endswith("weight") else 0.0, std=0.3)
+    return model.eval()
+
+
+@pytest.mark.parametrize("n_kv_heads", [None, 2, 1])
+def test_decoder_equals_the_model_written_out(n_kv_heads):
+    # Not the model against itself: the reference is written from the weights,
+    # so a dropped residual, a skipped norm or a wrong head breaks the match,
+    # whether the logits come from one full pass or from cached decoding.
+    torch.manual_seed(0)
+    model = randomised(TinyDecoder(40, 16, 4, 2, n_kv_heads=n_kv_heads, max_len=16))
+    tokens = torch.randint(0, 40, (2, 9))
+    want = decoder_by_hand(model, tokens)
+    with torch.no_grad():
+        torch.testing.assert_close(model(tokens), want)
+        cache = model.new_cache(2)
+        steps = [model(tokens[:, :4], cache), model(tokens[:, 4:6], cache)]
+        steps += [model(tokens[:, t : t + 1], cache) for t in range(6, 9)]
+    torch.testing.assert_close(torch.cat(steps, dim=1), want)
+    # Greedy decoding picks the argmax of the written-out logits at every step.
+    generated = generate(model, tokens[:, :3], 5)
+    for t in range(3, 8):
+        assert torch.equal(generated[:, t], decoder_by_hand(model, generated[:, :t])[:, -1].argmax(-1))
+
+
+def test_decoder_equals_torch_encoder_layers():
+    # With H_kv = H each block is nn.TransformerEncoderLayer (pre-norm, GELU,
+    # 4D hidden) under a causal mask; copy the weights in and compare.
+    torch.manual_seed(1)
+    model = randomised(TinyDecoder(30, 16, 4, 2, max_len=16))
+    tokens = torch.randint(0, 30, (2, 7))
+    x = model.embed.weight[tokens] + model.pos.weight[:7]
+    for attn, norm1, norm2, (fc1, _, fc2) in zip(model.attn, model.norm1, model.norm2, model.mlp):
+        layer = nn.TransformerEncoderLayer(16, 4, 64, dropout=0.0, activation="gelu",
+                                           batch_first=True, norm_first=True).eval()
+        with torch.no_grad():
+            layer.self_attn.in_proj_weight.copy_(torch.cat([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight]))
+            layer.self_attn.in_proj_bias.copy_(torch.cat([attn.q_proj.bias, attn.k_proj.bias, attn.v_proj.bias]))
+            layer.self_attn.out_proj.load_state_dict(attn.out_proj.state_dict())
+            layer.norm1.load_state_dict(norm1.state_dict())
+            layer.norm2.load_state_dict(norm2.state_dict())
+            layer.linear1.load_state_dict(fc1.state_dict())
+            layer.linear2.load_state_dict(fc2.state_dict())
+            x = layer(x, src_mask=nn.Transformer.generate_square_subsequent_mask(7), is_causal=True)
+    with torch.no_grad():
+        want = model.head(model.norm(x))
+        torch.testing.assert_close(model(tokens), want)
+        cache = model.new_cache(2)
+        steps = [model(tokens[:, :3], cache)] + [model(tokens[:, t : t + 1], cache) for t in range(3, 7)]
+    torch.testing.assert_close(torch.cat(steps, dim=1), want)
+
+
+@pytest.mark.parametrize("n_kv_heads", [None, 2])
+def test_chunk_after_the_cache_hides_its_future_at_huge_scores(n_kv_heads):
+    # W_q of every query head is minus W_k of its key/value head, so a token
+    # scores -|k|^2 / sqrt(d) against a copy of itself: about -1e9 and below for
+    # inputs of 1e5 (float32). The cache holds three copies of token u and the
+    # chunk starts with u too, so the chunk's first query has nothing but such
+    # scores. Its two later tokens are hidden from it by the lower-right mask;
+    # set to -10 u they score +10 |k|^2 / sqrt(d) with huge values. With a
+    # boolean mask (or -inf) the first query's output does not move; a float
+    # mask of -1e4 (or -1e9) would hand it to them.
+    torch.manual_seed(0)
+    m = CachedSelfAttention(16, 4, n_kv_heads).eval()
+    h_kv, g = m.n_kv_heads, m.n_heads // m.n_kv_heads
+    with torch.no_grad():
+        m.k_proj.bias.normal_()
+        m.q_proj.weight.copy_(-m.k_proj.weight.view(h_kv, 1, 4, 16).expand(h_kv, g, 4, 16).reshape(16, 16))
+        m.q_proj.bias.copy_(-m.k_proj.bias.view(h_kv, 1, 4).expand(h_kv, g, 4).reshape(16))
+    u = torch.randn(2, 1, 16) * 1e5
+
+    def first_query_of_chunk(later: torch.Tensor) -> torch.Tensor:
+        cache = KVCache(1, 2, m.n_kv_heads, m.d_head, 6)
+        with torch.no_grad():
+            m(u.expand(2, 3, 16), cache)  # prefill: three copies of u
+            return m(torch.cat([u, later], dim=1), cache)[:, 0]  # N = 3 queries, M = 6 keys
+
+    out = first_query_of_chunk(torch.randn(2, 2, 16) * 1e5)
+    moved = first_query_of_chunk(-10 * u.expand(2, 2, 16))
+    assert torch.isfinite(out).all() and torch.isfinite(moved).all()
+    torch.testing.assert_close(moved, out, rtol=1e-5, atol=1e-5 * out.abs().max().item())
 
 
 def test_errors():

@@ -111,6 +111,36 @@ def test_padded_keys_never_change_real_outputs(window):
     assert_close(att(query, changed, key_mask=key_mask), att(query, keys, key_mask=key_mask))
 
 
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+@pytest.mark.parametrize("window", [None, 2])
+@pytest.mark.parametrize("score", SCORES)
+def test_padded_keys_stay_out_at_huge_scores(score, window, sign):
+    # Scores of about +-1e9 and beyond in float32: inputs of 1e5 for dot and
+    # general, v_a times 1e10 for concat. Flipping the sign of the query (dot,
+    # general) or of v_a (concat) flips every score, so in one of the two runs
+    # the only real source position of sentence 0 scores far below zero. The
+    # padded positions, which are also the values, are then made huge. With
+    # -inf masking their weights stay exactly 0 and nothing moves; a finite fill
+    # (-1e4, even -1e9) would hand sentence 0 to the padding.
+    torch.manual_seed(4)
+    att = LuongAttention(4, score, window=window)
+    query, keys = torch.randn(2, 3, 4), torch.randn(2, 5, 4)
+    if score == "concat":
+        with torch.no_grad():
+            att.v_a.weight.mul_(sign * 1e10)
+    else:
+        query, keys = sign * 1e5 * query, 1e5 * keys
+    key_mask = _prefix_mask([1, 3], 5)
+    h_tilde, weights = att(query, keys, key_mask=key_mask)
+    padded = torch.where(key_mask[..., None], keys, 1e6 * torch.randn(2, 5, 4))
+    moved, moved_weights = att(query, padded, key_mask=key_mask)
+    assert torch.isfinite(h_tilde).all() and torch.isfinite(weights).all()
+    assert_close(moved, h_tilde, rtol=1e-5, atol=1e-5)
+    assert torch.equal(moved_weights, weights)
+    assert (weights[~key_mask.unsqueeze(1).expand(2, 3, 5)] == 0).all()
+    assert (weights[0, :, 1:] == 0).all()
+
+
 def test_fully_masked_row_returns_zero_context():
     att = LuongAttention(4, "dot")
     key_mask = torch.tensor([[False, False, False], [True, True, False]])
@@ -129,6 +159,25 @@ def test_finite_for_large_inputs(score, dtype):
     query, keys = (300 * torch.randn(2, 3, 4)).to(dtype), (300 * torch.randn(2, 5, 4)).to(dtype)
     h_tilde, weights = att(query, keys, key_mask=_prefix_mask([5, 3], 5))
     assert torch.isfinite(h_tilde).all() and torch.isfinite(weights).all()
+
+
+@pytest.mark.parametrize("window", [None, 2])
+@pytest.mark.parametrize("score", ["dot", "general"])
+def test_float16_beyond_its_range_matches_float64(score, window):
+    # States of 300 in width 4: h_t . hs reaches ~3e5, past float16's 65504, so
+    # the dot products must be taken in float32. Reference: the same float16
+    # weights and inputs run in float64.
+    torch.manual_seed(4)
+    att = LuongAttention(4, score, window=window).half()
+    query, keys = (300 * torch.randn(2, 3, 4)).half(), (300 * torch.randn(2, 5, 4)).half()
+    key_mask = _prefix_mask([5, 3], 5)
+    h_tilde, weights = att(query, keys, key_mask=key_mask)
+    exact = att.double()  # the float16 weights, now held in float64 (exactly)
+    assert exact.scores(query.double(), keys.double()).abs().max() > 65504
+    want_h, want_w = exact(query.double(), keys.double(), key_mask=key_mask)
+    assert torch.isfinite(h_tilde).all() and torch.isfinite(weights).all()
+    assert_close(weights.double(), want_w, rtol=0, atol=1e-2)
+    assert_close(h_tilde.double(), want_h, rtol=0, atol=1e-2)
 
 
 @pytest.mark.parametrize("window", [None, 2])

@@ -16,6 +16,7 @@ from torch import nn
 from torch.nn.attention.bias import causal_lower_right
 from torch.testing import assert_close
 
+from huge_scores import assert_matches, expected_output, signed_qk
 from snippets.foundations.masks import (
     additive_to_bool,
     bool_to_additive,
@@ -186,6 +187,23 @@ def test_bool_to_additive_values_and_sdpa(dtype):
         F.scaled_dot_product_attention(q, k, v, attn_mask=additive),
         F.scaled_dot_product_attention(q, k, v, attn_mask=mask),
     )
+
+
+@pytest.mark.parametrize("kind", ["bool", "additive"])
+def test_masks_hold_at_huge_scores(kind):
+    # Scores of +-3.5e9 in float32 (see tests/huge_scores.py): every blocked key
+    # outscores the allowed ones, and in the second sequence only key 0 is real,
+    # so its row 0 has one allowed score, -3.5e9. Values are 1e6. A finite fill
+    # in place of -inf would let the blocked keys take the rows.
+    n = 6
+    q, k = signed_qk(n, 8)
+    q, k = q.expand(2, 2, n, 8), k.expand(2, 2, n, 8)
+    v = 1e6 * torch.randn(2, 2, n, 4, generator=torch.Generator().manual_seed(3))
+    mask = combine_masks(causal_mask(n, n), padding_mask(torch.tensor([6, 1]), n))  # (B, 1, N, M)
+    attn_mask = mask if kind == "bool" else bool_to_additive(mask)
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask)
+    assert_matches(out, expected_output(v, mask))
+    assert torch.equal(out[1], v[1, :, :1].expand(2, n, 4))  # the real key, and only it
 
 
 def test_additive_to_bool_round_trip_and_biases():

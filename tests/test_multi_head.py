@@ -254,6 +254,26 @@ def test_finite_with_large_inputs(dtype, need_weights):
 
 
 @pytest.mark.parametrize("need_weights", [False, True])
+def test_float16_beyond_its_range_matches_float64(need_weights):
+    # Inputs of 1000: per-head q . k reaches ~1e6, far past float16's 65504, so
+    # the scores must be formed in float32. The reference is causal attention in
+    # float64 on the module's own float16 projections.
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(D, H).half().eval()
+    with torch.no_grad():
+        mha.in_proj.bias.normal_()
+    x = (torch.randn(B, N, D) * 1000).half()
+    out, _ = mha(x, is_causal=True, need_weights=need_weights)
+    q, k, v = (t.double().view(B, N, H, D // H).transpose(1, 2) for t in mha.in_proj(x).chunk(3, dim=-1))
+    assert (q @ k.transpose(-2, -1)).abs().max() > 65504
+    attended = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+    attended = attended.transpose(1, 2).reshape(B, N, D)
+    want = torch.nn.functional.linear(attended, mha.out_proj.weight.double(), mha.out_proj.bias.double())
+    assert out.dtype == torch.float16 and torch.isfinite(out).all()
+    assert_close(out.double(), want, rtol=1e-2, atol=1e-2 * want.abs().max().item())
+
+
+@pytest.mark.parametrize("need_weights", [False, True])
 def test_causal_output_ignores_future_tokens(need_weights):
     torch.manual_seed(0)
     mha = MultiHeadAttention(D, H).eval()
@@ -280,6 +300,40 @@ def test_padded_keys_never_change_real_outputs(need_weights):
     assert_close(out2, out)
     truncated, _ = mha(query, memory[:, :4], need_weights=need_weights)  # as if never padded
     assert_close(out, truncated)
+
+
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("need_weights", [False, True])
+def test_masks_hold_at_huge_scores(bias, need_weights):
+    # The key rows of in_proj are minus its query rows, so in every head a token
+    # scores -|q_t|^2 / sqrt(d) against itself: about -1e9 and below for inputs of
+    # 1e5 (float32). Token 0 of sequence 0 (causal) and token 4 of sequence 1
+    # (left padded) may see only themselves. The keys hidden from them are then
+    # set to -10 times their input, so those keys score +10 |q|^2 / sqrt(d) and
+    # carry huge values. With -inf masking nothing they must not see moves; a
+    # fill of -1e4 (or -1e9), from a boolean or a float mask, would leak.
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(D, H).eval()
+    with torch.no_grad():
+        mha.in_proj.weight[D : 2 * D] = -mha.in_proj.weight[:D]
+        mha.in_proj.bias.normal_()
+        mha.in_proj.bias[D : 2 * D] = -mha.in_proj.bias[:D]
+    x = torch.randn(B, N, D) * 1e5
+    key_mask = torch.tensor([[True] * N, [False] * (N - 1) + [True]])
+    attn_mask = torch.randn(N, N) if bias else None  # a finite float mask joins the -inf
+    kwargs = dict(attn_mask=attn_mask, key_mask=key_mask, is_causal=True, need_weights=need_weights)
+    out, weights = mha(x, **kwargs)
+    hidden = x.clone()
+    hidden[0, 3:] = -10 * x[0, 0]  # the future of tokens 0..2
+    hidden[1, : N - 1] = -10 * x[1, N - 1]  # the left padding
+    moved, _ = mha(hidden, **kwargs)
+    assert torch.isfinite(out).all() and torch.isfinite(moved).all()
+    tol = dict(rtol=1e-5, atol=1e-5 * out.abs().max().item())
+    assert_close(moved[0, :3], out[0, :3], **tol)
+    assert_close(moved[1, N - 1], out[1, N - 1], **tol)
+    if need_weights:
+        assert torch.equal(weights[0, :, 0], torch.eye(N)[0].expand(H, N))
+        assert torch.equal(weights[1, :, N - 1], torch.eye(N)[N - 1].expand(H, N))
 
 
 def test_dropout_only_in_training():

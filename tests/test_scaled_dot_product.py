@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from torch.nn.attention.bias import causal_lower_right
 from torch.testing import assert_close
 
+from huge_scores import assert_matches, expected_output, signed_qk
 from snippets.foundations.scaled_dot_product import causal_mask, scaled_dot_product_attention
 
 
@@ -179,6 +180,31 @@ def test_large_logits_stay_finite(dtype):
     assert torch.isfinite(out).all() and torch.isfinite(weights).all()
     reference, _ = scaled_dot_product_attention(q.double(), k.double(), v.double(), mask)
     assert_close(out.double(), reference, atol=0.05, rtol=0.05)
+
+
+@pytest.mark.parametrize("kind", ["bool", "float", "causal"])
+def test_masked_keys_stay_out_at_huge_scores(kind):
+    # Scores of +-3.5e9 (float32) and values of 1e6: every masked key outscores
+    # the allowed ones, and row 0 may see only its own key, which scores -3.5e9.
+    # Only -inf keeps the masked keys at weight 0; -1e4 or -1e9 would not.
+    n = 6
+    q, k = signed_qk(n, 8)
+    q, k = q.expand(2, 3, n, 8), k.expand(2, 3, n, 8)
+    v = 1e6 * torch.randn(2, 3, n, 5, generator=torch.Generator().manual_seed(5))
+    allowed = torch.rand(n, n, generator=torch.Generator().manual_seed(6)) > 0.5
+    allowed |= torch.eye(n, dtype=torch.bool)
+    allowed[0] = torch.arange(n) == 0
+    if kind == "causal":
+        allowed = causal_mask(n, n)
+        out, weights = scaled_dot_product_attention(q, k, v, is_causal=True)
+    elif kind == "float":
+        bias = torch.zeros(n, n).masked_fill(~allowed, float("-inf"))
+        out, weights = scaled_dot_product_attention(q, k, v, bias)
+    else:
+        out, weights = scaled_dot_product_attention(q, k, v, allowed)
+    assert_matches(out, expected_output(v, allowed))
+    assert torch.all(weights[..., ~allowed] == 0)
+    assert torch.equal(out[..., 0, :], v[..., 0, :])
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])

@@ -72,6 +72,31 @@ def test_masks_match_sdpa(kind):
         assert (weights[..., ~mask] == 0).all()
 
 
+def test_masked_keys_stay_out_at_huge_scores():
+    # W_k = -W_q (b_k = -b_q): token t scores -|q_t|^2 / sqrt(d) against itself,
+    # about -1e9 and below for inputs of 1e5 (float32). Token 0 may see only
+    # itself; every other token is then set to -10 x_0, so it scores
+    # +10 |q_0|^2 / sqrt(d) against query 0 and carries a huge value. With -inf
+    # masking token 0's output does not move; a fill of -1e4 (or -1e9) would
+    # hand it to the masked keys.
+    torch.manual_seed(0)
+    m = SelfAttention(8)
+    with torch.no_grad():
+        m.k_proj.weight.copy_(-m.q_proj.weight)
+        m.k_proj.bias.copy_(-m.q_proj.bias)
+    x = _x(n=5) * 1e5
+    mask = torch.rand(2, 5, 5, generator=torch.Generator().manual_seed(1)) > 0.5
+    mask |= torch.eye(5, dtype=torch.bool)
+    mask[:, 0] = torch.eye(5, dtype=torch.bool)[0]
+    out, weights = m(x, attn_mask=mask)
+    hidden = x.clone()
+    hidden[:, 1:] = -10 * x[:, :1]
+    moved, _ = m(hidden, attn_mask=mask)
+    assert torch.isfinite(out).all() and torch.isfinite(moved).all()
+    assert_close(moved[:, 0], out[:, 0], rtol=1e-5, atol=1e-5 * out.abs().max().item())
+    assert (weights[~mask] == 0).all() and torch.equal(weights[:, 0, 0], torch.ones(2))
+
+
 def test_fully_masked_row_gives_zeros_before_out_proj():
     torch.manual_seed(0)
     m = SelfAttention(8, project_out=False)
@@ -91,6 +116,23 @@ def test_finite_for_large_inputs(dtype):
     out, weights = m(x)
     assert out.dtype == dtype
     assert torch.isfinite(out).all() and torch.isfinite(weights).all()
+
+
+def test_float16_beyond_its_range_matches_float64():
+    # Inputs of 1000: q . k reaches ~1e6, far past float16's 65504, so the
+    # scores must be formed in float32. The reference is attention in float64
+    # on the module's own float16 projections.
+    torch.manual_seed(0)
+    m = SelfAttention(16, 8, 8).half()
+    x = (_x(d=16) * 1000).half()
+    out, weights = m(x)
+    q, k, v = (proj(x).double() for proj in (m.q_proj, m.k_proj, m.v_proj))
+    assert (q @ k.transpose(-2, -1)).abs().max() > 65504
+    want_weights = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(8), dim=-1)
+    want = F.linear(want_weights @ v, m.out_proj.weight.double(), m.out_proj.bias.double())
+    assert out.dtype == torch.float16 and torch.isfinite(out).all()
+    assert_close(out.double(), want, rtol=1e-2, atol=1e-2 * want.abs().max().item())
+    assert_close(weights.double(), want_weights, rtol=0, atol=1e-2)
 
 
 def test_gradcheck_float64():

@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch.testing import assert_close
 
+from huge_scores import assert_matches, expected_output, signed_qk
 from snippets.efficiency.sliding_window import (
     sliding_window_attention,
     sliding_window_mask,
@@ -121,6 +122,24 @@ def test_keys_outside_the_window_never_matter():
     out2 = sliding_window_attention(q, k2, v2, window, chunk_size=5)
     assert_close(out2[..., 9, :], out[..., 9, :])
     assert not torch.allclose(out2[..., 6, :], out[..., 6, :])
+
+
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("window, chunk", [(1, 3), (3, 2), (3, 4)])
+def test_keys_outside_the_window_stay_out_at_huge_scores(causal, window, chunk):
+    # Scores of +-3.5e9 in float32 (tests/huge_scores.py): every key outside a
+    # query's band outscores the keys inside it, and a query whose band holds
+    # only itself (query 0 when causal, every query when w = 1) has a single
+    # allowed score of -3.5e9. Values are 1e6. Only -inf keeps the outside keys
+    # at weight 0; a finite fill (-1e4, even -1e9) would hand them those rows.
+    n = 8
+    q, k = signed_qk(n, 8)
+    q, k = q.expand(2, 2, n, 8), k.expand(2, 2, n, 8)
+    v = 1e6 * torch.randn(2, 2, n, 5, generator=torch.Generator().manual_seed(4))
+    out = sliding_window_attention(q, k, v, window, causal=causal, chunk_size=chunk)
+    assert_matches(out, expected_output(v, sliding_window_mask(n, window, causal=causal)))
+    if causal:
+        assert torch.equal(out[..., 0, :], v[..., 0, :])  # query 0 sees only itself
 
 
 def test_causal_output_unchanged_when_future_changes():

@@ -6,7 +6,9 @@ in float32 and float64, causal (lower right, built independently here) and not,
 for key and query block sizes that do not divide N or M, N != M in both
 directions; fully masked causal rows return zeros; outputs stay finite for large
 logits in float32/bfloat16/float16; gradcheck in float64; causal outputs ignore
-future tokens; every validation message is raised.
+future tokens, even at scores of 1e9; online_softmax and tiled_attention are
+unchanged when every score is shifted by -2e4 or +2e4; every validation message
+is raised.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from huge_scores import assert_matches, expected_output, signed_qk
 from snippets.efficiency.tiled import online_softmax, tiled_attention
 
 
@@ -42,6 +45,54 @@ def test_online_softmax_large_logits_finite():
     out = online_softmax(x, block_size=1)
     assert torch.isfinite(out).all()
     torch.testing.assert_close(out, torch.softmax(x, dim=-1))
+
+
+@pytest.mark.parametrize("shift", [-2e4, 2e4])
+@pytest.mark.parametrize("block_size", [1, 3, 16])
+def test_online_softmax_is_shift_invariant_far_from_zero(shift, block_size):
+    # softmax(x + c) = softmax(x). The entries are multiples of 1/64, so x + c
+    # is exact in float32 and both sides see the same differences. A running
+    # maximum that starts at 0, or no maximum at all, turns exp(x + c) into 0
+    # (c = -2e4) or inf (c = +2e4); the rescaled running sum never leaves exp's range.
+    x = torch.round(torch.randn(2, 5, 13, generator=torch.Generator().manual_seed(0)) * 256) / 64
+    out = online_softmax(x + shift, block_size=block_size)
+    torch.testing.assert_close(out, torch.softmax(x, dim=-1))
+
+
+@pytest.mark.parametrize("shift", [-2e4, 2e4])
+@pytest.mark.parametrize("block_size_k, block_size_q", [(1, None), (4, 3), (16, None)])
+@pytest.mark.parametrize("is_causal", [False, True])
+def test_tiled_attention_is_shift_invariant_far_from_zero(shift, block_size_k, block_size_q, is_causal):
+    # One extra coordinate adds the same c = +-2e4 to every score of every
+    # query: q' = [q, 1], k' = [k, c / scale]. Softmax does not see it, so the
+    # output must equal SDPA on the unshifted scores (up to float32 rounding of
+    # scores near 2e4, about 1e-3).
+    g = torch.Generator().manual_seed(1)
+    q, k = torch.randn(2, 3, 7, 8, generator=g), torch.randn(2, 3, 9, 8, generator=g)
+    v = torch.randn(2, 3, 9, 5, generator=g)
+    scale = 8 ** -0.5
+    q_shift = torch.cat([q, torch.ones(2, 3, 7, 1)], dim=-1)
+    k_shift = torch.cat([k, torch.full((2, 3, 9, 1), shift / scale)], dim=-1)
+    out = tiled_attention(q_shift, k_shift, v, is_causal=is_causal, scale=scale,
+                          block_size_k=block_size_k, block_size_q=block_size_q)
+    mask = lower_right_mask(7, 9) if is_causal else None
+    expected = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    torch.testing.assert_close(out, expected, rtol=5e-3, atol=5e-3)
+
+
+@pytest.mark.parametrize("block_size_k, block_size_q", [(1, None), (4, None), (3, 2), (16, 16)])
+def test_future_keys_stay_out_at_huge_scores(block_size_k, block_size_q):
+    # Scores of +-3.5e9 in float32 (tests/huge_scores.py): every future key
+    # outscores the visible ones, and query 0 may see only key 0, which scores
+    # -3.5e9. Values are 1e6. Only -inf keeps the future out; a finite fill
+    # (-1e4, even -1e9) would hand query 0 to it.
+    n = 7
+    q, k = signed_qk(n, 8)
+    q, k = q.expand(2, 2, n, 8), k.expand(2, 2, n, 8)
+    v = 1e6 * torch.randn(2, 2, n, 5, generator=torch.Generator().manual_seed(2))
+    out = tiled_attention(q, k, v, is_causal=True, block_size_k=block_size_k, block_size_q=block_size_q)
+    assert_matches(out, expected_output(v, lower_right_mask(n, n)))
+    assert torch.equal(out[..., 0, :], v[..., 0, :])
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
