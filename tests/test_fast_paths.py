@@ -284,3 +284,23 @@ def test_float_mask_with_key_mask_and_causal_leaves_empty_rows_zero(device, make
         for g, r in zip(grads, ref_grads):
             assert torch.isfinite(g).all()
             assert_close(g, r)
+
+
+def test_other_snippets_that_call_sdpa_with_a_boolean_mask_zero_empty_rows(device, monkeypatch):
+    """The modern decoder's kernel and context parallelism's local attention,
+    under the backend that leaks: rows with no allowed key stay zero."""
+    from snippets.distributed.context_parallel import _local_attention
+    from snippets.modern.block import sdpa_attend
+
+    torch.manual_seed(5)
+    q, k, v = (4 * torch.randn(2, 2, 5, 8, device=device) for _ in range(3))
+    allowed = torch.rand(2, 1, 5, 5, device=device) > 0.3
+    allowed[0, :, 3] = False
+    monkeypatch.setattr(F, "scaled_dot_product_attention", _leaky_sdpa(F.scaled_dot_product_attention))
+    out = sdpa_attend(q, k, v, attn_mask=allowed)
+    assert torch.equal(out[0, :, 3], torch.zeros_like(out[0, :, 3]))
+    key_mask = torch.ones(2, 5, dtype=torch.bool, device=device)
+    key_mask[1, :2] = False  # with the causal triangle, queries 0 and 1 of sequence 1 see nothing
+    positions = torch.arange(5, device=device)
+    out = _local_attention(q, k, v, positions, positions, key_mask, True, None)
+    assert torch.equal(out[1, :, :2], torch.zeros_like(out[1, :, :2]))
