@@ -8,22 +8,26 @@ from snippets.attention.multi_head import MultiHeadAttention
 
 
 def guide_map(s):
-    """The guide's parts in reading order, with the pages of each."""
+    """The guide's parts in reading order, with the pages of each: two rows of four."""
     parts = [
         ("Foundations", ["scaled dot-product", "masks", "positions", "devices"], s.a),
         ("Attention", ["self, causal", "cross, co-", "multi-head, GQA", "RoPE, ALiBi"], s.b),
         ("Architecture", ["the block", "encoder-decoder"], s.c),
-        ("Efficiency", ["tiles, online softmax", "KV cache", "windows, linear", "backends"], s.d),
+        ("Modern decoder", ["RMSNorm, SwiGLU", "latent attention", "sinks, gates, caps", "local/global, RoPE scaling"], s.d),
+        ("Efficiency", ["tiles, FlashAttention", "KV cache, serving", "windows, Flex", "backends"], s.a),
+        ("Beyond softmax", ["gated linear", "delta rule", "state-space duality", "sparse, hybrids"], s.b),
+        ("Many devices", ["ring attention", "Ulysses", "all-gather KV"], s.c),
         ("History", ["Bahdanau, Luong", "BERT, GPT", "timeline"], s.muted),
     ]
-    fig, ax = s.canvas(7.6, 2.0, xlim=(0, 20), ylim=(1.0, 6.2))
+    fig, ax = s.canvas(7.6, 4.1, xlim=(0, 17.6), ylim=(0.0, 9.5))
     for k, (name, pages, colour) in enumerate(parts):
-        x = 2.0 + k * 4.0
-        s.box(ax, x, 5.6, 3.4, 0.9, name, colour=colour, filled=True, weight="bold")
-        for p, page in enumerate(pages):
-            s.label(ax, x, 4.3 - p * 0.95, page, colour=s.ink, ha="center", va="center", size=8)
-        if k + 1 < len(parts):
-            s.arrow(ax, (x + 1.75, 5.6), (x + 2.25, 5.6), colour=s.ink)
+        row, col = divmod(k, 4)
+        x, top = 2.2 + col * 4.4, 8.9 - row * 4.7
+        s.box(ax, x, top, 4.0, 0.85, name, colour=colour, filled=True, size=8, weight="bold")
+        for i, page in enumerate(pages):
+            s.label(ax, x, top - 1.0 - i * 0.75, page, colour=s.ink, ha="center", va="center", size=7)
+        if col < 3:
+            s.arrow(ax, (x + 2.05, top), (x + 2.35, top), colour=s.ink)
     return fig
 
 
