@@ -195,7 +195,7 @@ def flex_block_tiles(s):
         ("window w = 4", sliding_window_mask_mod(4, n, n)),
         ("documents 5, 7, 4", document_mask_mod(document_ids_from_lengths([5, 7, 4]))),
     )
-    fig, axes = s.figure(7.4, 3.0, ncols=3, adjust={"left": 0.03, "right": 0.99, "top": 0.8, "bottom": 0.14,
+    fig, axes = s.figure(7.4, 3.1, ncols=3, adjust={"left": 0.03, "right": 0.99, "top": 0.77, "bottom": 0.14,
                                                    "wspace": 0.2})
     for ax, (name, mask_mod) in zip(axes, patterns):
         mask = dense_mask(mask_mod, n, n)[0, 0]  # (N, N), True = may attend
