@@ -23,7 +23,8 @@ from conftest import ROOT
 DOCS = ROOT / "docs"
 TEACHING = sorted(
     [DOCS / "index.md", DOCS / "notation.md"]
-    + [p for area in ("foundations", "attention", "architecture", "modern", "efficiency", "distributed", "history")
+    + [p for area in ("foundations", "attention", "architecture", "modern", "efficiency", "linear", "distributed",
+                      "history")
        for p in (DOCS / area).glob("*.md")]
 )
 IMG = re.compile(r"<img\b[^>]*>")
