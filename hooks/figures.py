@@ -14,7 +14,8 @@ drawn for the palette in use.
 
 * The rendered SVGs are cached per script, keyed by the script, every local
   module it imports (transitively: the snippets it draws with, ``_style.py``),
-  the matplotlib and Python versions. The cache sits in
+  every file of ``docs/data/`` that one of those names (``models.yaml``, read
+  through ``hooks/models_table.py``), the matplotlib and Python versions. The cache sits in
   ``$FIELD_GUIDE_FIGURE_CACHE``, else in a ``figures`` folder of the example
   cache (``$FIELD_GUIDE_EXAMPLE_CACHE`` or ``.cache/examples``).
 * Drawing happens in the build process, one figure after another: torch is
@@ -64,11 +65,24 @@ def _load_examples_hook():
     return module
 
 
+def data_files(sources: list[pathlib.Path], root: pathlib.Path) -> list[pathlib.Path]:
+    """The files of ``docs/data/`` whose name one of ``sources`` mentions (a
+    figure that draws a table of models reads it, directly or through a module)."""
+    folder = root / "docs" / "data"
+    if not folder.is_dir():
+        return []
+    texts = [source.read_text(encoding="utf-8") for source in sources]
+    return [path for path in sorted(folder.rglob("*"))
+            if path.is_file() and any(path.name in text for text in texts)]
+
+
 def cache_key(script: pathlib.Path, roots: list[pathlib.Path], environment: str) -> str:
-    """Hash of the figure script, the local modules it imports and the environment."""
+    """Hash of the figure script, the local modules it imports, the data files
+    they name and the environment."""
     local_dependencies = _load_examples_hook().local_dependencies
     h = hashlib.sha256(f"figures-hook={HOOK_VERSION}\n{environment}\n".encode())
-    for file in [script, *local_dependencies(script, roots)]:
+    sources = [script, *local_dependencies(script, roots)]
+    for file in [*sources, *data_files(sources, roots[0])]:
         h.update(f"\n--- {file.name}\n".encode())
         h.update(file.read_bytes())
     return h.hexdigest()

@@ -23,7 +23,8 @@ from conftest import ROOT
 DOCS = ROOT / "docs"
 TEACHING = sorted(
     [DOCS / "index.md", DOCS / "notation.md"]
-    + [p for area in ("foundations", "attention", "architecture", "efficiency", "history")
+    + [p for area in ("foundations", "attention", "architecture", "modern", "efficiency", "linear", "distributed",
+                      "history")
        for p in (DOCS / area).glob("*.md")]
 )
 IMG = re.compile(r"<img\b[^>]*>")
@@ -122,6 +123,27 @@ def test_cache_key_follows_the_script_and_the_snippets_it_draws_with(tmp_path):
     script.write_text(script.read_text() + "# edited\n")
     assert key() != third, "an edit to the figure script must redraw it"
     assert hook.cache_key(script, roots, "other matplotlib") != key()
+
+
+def test_cache_key_follows_the_data_files_a_figure_reads(tmp_path):
+    """A figure drawn from docs/data/models.yaml, through a module that names it, redraws when it changes."""
+    hook = load_hook()
+    (tmp_path / "docs" / "data").mkdir(parents=True)
+    data, other = tmp_path / "docs" / "data" / "models.yaml", tmp_path / "docs" / "data" / "other.yaml"
+    data.write_text("models: [a]\n")
+    other.write_text("x: 1\n")
+    (tmp_path / "tables").mkdir()
+    (tmp_path / "tables" / "reader.py").write_text("DATA = 'docs/data/models.yaml'\n")
+    figures = tmp_path / "docs" / "figures"
+    figures.mkdir()
+    script = figures / "models.py"
+    script.write_text("from tables.reader import DATA\n\ndef sizes(s):\n    return DATA\n")
+    roots = [tmp_path, figures]
+    first = hook.cache_key(script, roots, "env")
+    other.write_text("x: 2\n")
+    assert hook.cache_key(script, roots, "env") == first, "a data file no module names must not redraw it"
+    data.write_text("models: [a, b]\n")
+    assert hook.cache_key(script, roots, "env") != first, "the data file it reads must redraw it"
 
 
 def _mini_project(tmp_path: pathlib.Path, script: str, page: str) -> pathlib.Path:

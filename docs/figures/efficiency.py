@@ -3,10 +3,21 @@
 from __future__ import annotations
 
 import torch
-from matplotlib.patches import Rectangle
+from matplotlib.colors import to_rgba
+from matplotlib.patches import Patch, Rectangle
 
+from snippets.efficiency.flex_masks import (
+    block_tiles,
+    causal_mask_mod,
+    computed_block_fraction,
+    dense_mask,
+    document_ids_from_lengths,
+    document_mask_mod,
+    sliding_window_mask_mod,
+)
 from snippets.efficiency.kv_cache import kv_cache_bytes
 from snippets.efficiency.linear_attention import feature_map
+from snippets.efficiency.paged_kv_cache import PagedKVCache, ragged_causal_mask
 from snippets.efficiency.sliding_window import sliding_window_mask
 from snippets.efficiency.tiled import online_softmax
 
@@ -145,4 +156,123 @@ def cost_slopes(s):
     ax.set_xlabel("N")
     ax.set_ylabel("multiply-adds per head")
     ax.legend(fontsize=7)
+    return fig
+
+
+def _tile_picture(s, ax, mask, tiles, block, title):
+    """Cells of a mask on the tiles a block-sparse kernel sees: full tiles green,
+    allowed pairs of partial tiles blue, their blocked pairs (computed, then
+    masked) pale orange, skipped tiles empty."""
+    n, m = mask.shape
+    full, allowed, wasted = to_rgba(s.c), to_rgba(s.a), to_rgba(s.b, 0.35)
+    rgba = [[(0, 0, 0, 0)] * m for _ in range(n)]
+    for i in range(n):
+        for j in range(m):
+            state = int(tiles[i // block, j // block])
+            if state == 2:
+                rgba[i][j] = full
+            elif state == 1:
+                rgba[i][j] = allowed if bool(mask[i, j]) else wasted
+    ax.imshow(rgba, extent=(0, m, n, 0), interpolation="none", aspect="equal")
+    ax.hlines(range(0, n + 1, block), 0, m, colors=s.muted, linewidth=1.0)
+    ax.vlines(range(0, m + 1, block), 0, n, colors=s.muted, linewidth=1.0)
+    ax.set_xlim(0, m)
+    ax.set_ylim(n, 0)
+    ax.set_xticks(range(0, m + 1, block))
+    ax.set_yticks(range(0, n + 1, block))
+    ax.tick_params(length=0, labelsize=7)
+    ax.xaxis.set_ticks_position("top")
+    for side in ax.spines.values():
+        side.set_visible(False)
+    ax.set_title(title, fontsize=8, pad=16)
+
+
+def flex_block_tiles(s):
+    """The tiles create_block_mask sorts: skipped, partial (masked inside) and full."""
+    n, block = 16, 4
+    patterns = (
+        ("causal", causal_mask_mod(n, n)),
+        ("window w = 4", sliding_window_mask_mod(4, n, n)),
+        ("documents 5, 7, 4", document_mask_mod(document_ids_from_lengths([5, 7, 4]))),
+    )
+    fig, axes = s.figure(7.4, 3.1, ncols=3, adjust={"left": 0.03, "right": 0.99, "top": 0.77, "bottom": 0.14,
+                                                   "wspace": 0.2})
+    for ax, (name, mask_mod) in zip(axes, patterns):
+        mask = dense_mask(mask_mod, n, n)[0, 0]  # (N, N), True = may attend
+        tiles = block_tiles(mask, block)  # (N / 4, N / 4): 0 skipped, 1 partial, 2 full
+        computed, partial = computed_block_fraction(mask, block)
+        t = tiles.numel()
+        _tile_picture(s, ax, mask, tiles, block,
+                      f"{name}\n{round(computed * t)} of {t} tiles computed, {round(partial * t)} partial")
+    handles = [Patch(facecolor=s.c, label="full tile: no mask evaluated"),
+               Patch(facecolor=s.a, label="partial tile: allowed pair"),
+               Patch(facecolor=to_rgba(s.b, 0.35), label="partial tile: computed, then masked"),
+               Patch(facecolor="none", edgecolor=s.muted, label="skipped tile")]
+    fig.legend(handles=handles, loc="lower center", ncol=4, fontsize=7, handlelength=1.2, columnspacing=1.2)
+    fig.text(0.5, 0.99, f"N = M = {n}, BLOCK_SIZE = {block}: block_tiles(dense_mask(mask_mod), {block})",
+             ha="center", va="top", color=s.muted, fontsize=8)
+    return fig
+
+
+def paged_block_table(s):
+    """Three sequences grow in turn; each takes a page from the pool only when it needs one."""
+    page_size, n_pages = 4, 12
+    cache = PagedKVCache(n_pages, page_size, n_kv_heads=1, d_head=1)
+    seqs = [cache.add_sequence() for _ in range(3)]
+    one = lambda n: (torch.zeros(1, n, 1), torch.zeros(1, n, 1))  # noqa: E731 - (H_kv, n, d)
+    for seq, prompt in zip(seqs, (5, 3, 6)):
+        cache.append(seq, *one(prompt))
+    for step in range(6):  # decode: sequence 1 stops after two steps, the others go on
+        for seq in seqs:
+            if seq != 1 or step < 2:
+                cache.append(seq, *one(1))
+    fig, ax = s.canvas(7.4, 2.3, xlim=(-3.0, 13.4), ylim=(-0.1, 4.8))
+    owner = {}
+    for row, seq in enumerate(seqs):
+        table, length = cache.block_table(seq), cache.lengths[seq]
+        y = 4.05 - row * 1.1
+        s.label(ax, -0.3, y, f"seq {seq}: {length} tokens", colour=s.ink, ha="right", va="center")
+        for logical, page in enumerate(table):
+            owner[page] = row
+            x = logical * 1.25
+            used = min(page_size, length - logical * page_size)
+            for slot in range(page_size):
+                ax.add_patch(Rectangle((x + slot * 0.25, y - 0.3), 0.23, 0.6, linewidth=0,
+                                       facecolor=s.accents[row] if slot < used else s.faint))
+            s.label(ax, x + 0.5, y + 0.35, f"→ {page}", colour=s.ink, size=7, ha="center", va="bottom")
+    s.label(ax, 4.4, 3.5, "each sequence's logical pages, 4 token slots each;\n"
+            "→ n: the physical page its block table names", size=7.5, va="center")
+    for page in range(n_pages):
+        x = page * 1.1
+        colour = s.accents[owner[page]] if page in owner else None
+        ax.add_patch(Rectangle((x, 0.0), 0.95, 0.7, facecolor=colour or "none",
+                               edgecolor=colour or s.muted, linewidth=1))
+        ax.text(x + 0.475, 0.35, str(page), ha="center", va="center", fontsize=7.5,
+                color=s.paper if colour else s.muted)
+    s.label(ax, -0.3, 0.35, "pool", colour=s.ink, ha="right", va="center")
+    s.label(ax, 0, 0.85, f"physical pages, taken from the free list in order; {len(cache.free_pages)} still free",
+            size=7.5, va="bottom")
+    return fig
+
+
+def ragged_masks(s):
+    """One causal triangle per sequence of a padded batch, right and left padding."""
+    lengths, n = [5, 3, 7], 7
+    fig, axes = s.figure(5.0, 3.5, ncols=3, nrows=2, adjust={"left": 0.08, "right": 0.98, "top": 0.86,
+                                                           "bottom": 0.02, "hspace": 0.3, "wspace": 0.15})
+    for row, padding in enumerate(("right", "left")):
+        masks = ragged_causal_mask(lengths, n, padding=padding)  # (B, 1, n, n), True = may attend
+        for b, length in enumerate(lengths):
+            ax, mask = axes[row * 3 + b], masks[b, 0]
+            real = mask.diagonal()  # a real slot attends at least to itself
+            pad = ~(real[:, None] & real[None, :])  # (n, n): a padding query or a padding key
+            ax.imshow([[to_rgba(s.faint) if bool(pad[i, j]) else (0, 0, 0, 0) for j in range(n)] for i in range(n)],
+                      extent=(0, n, n, 0), interpolation="none")
+            s.mask_grid(ax, mask, f"L = {length}", colour=s.accents[row], xlabel="",
+                        ylabel=f"{padding} padding" if b == 0 else "")
+            ax.set_xticks([])
+            ax.set_yticks([])
+            ax.set_title(f"L = {length}", fontsize=8, pad=3)
+    fig.text(0.5, 0.995, "ragged_causal_mask([5, 3, 7], n = 7): grey = padding, never attended",
+             ha="center", va="top", color=s.muted, fontsize=8)
     return fig
