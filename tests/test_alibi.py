@@ -151,7 +151,7 @@ def test_validation():
         alibi_bias([0.5], 3, 3)
     with pytest.raises(ValueError, match=r"n_keys must be a non-negative int, got -1"):
         alibi_bias(alibi_slopes(2), 3, -1)
-    with pytest.raises(ValueError, match=r"a causal bias needs N <= M .* got N=4 and M=3"):
+    with pytest.raises(ValueError, match=r"a causal bias needs n_queries <= n_keys .* got n_queries=4 and n_keys=3"):
         alibi_bias(alibi_slopes(2), 4, 3)
     q, k, v = _qkv()
     with pytest.raises(ValueError, match=r"k must be a 4-D tensor \(B, H, length, width\), got \(6, 8\)"):

@@ -171,12 +171,14 @@ def test_errors():
     with pytest.raises(TypeError, match=r"x must have a floating dtype, got torch.int64"):
         m(torch.ones(1, 6, 8, dtype=torch.long))
     x = _x()
-    with pytest.raises(TypeError, match=r"key_mask must have dtype torch.bool, got torch.float32"):
+    with pytest.raises(TypeError, match=r"key_mask must be torch.bool \(True = real key\), got torch.float32"):
         m(x, key_mask=torch.ones(2, 6))
-    with pytest.raises(TypeError, match=r"key_mask must be torch.bool \(True = may attend\) or torch.float32 \(added to the scores\), got torch.int64"):
+    with pytest.raises(TypeError, match=r"key_mask must be torch.bool \(True = real key\), got torch.int64"):
         m(x, key_mask=torch.ones(2, 6, dtype=torch.long))
-    with pytest.raises(ValueError, match=r"key_mask must broadcast to \(2, 6\), got shape \(2, 5\)"):
+    with pytest.raises(ValueError, match=r"key_mask must have shape \(B, M\) = \(2, 6\), got \(2, 5\)"):
         m(x, key_mask=torch.ones(2, 5, dtype=torch.bool))
+    with pytest.raises(ValueError, match=r"key_mask must have shape \(B, M\) = \(2, 6\), got \(6,\)"):
+        m(x, key_mask=torch.ones(6, dtype=torch.bool))
     with pytest.raises(TypeError, match=r"key_mask must be a torch.Tensor or None, got list"):
         m(x, key_mask=[True])
 

@@ -168,7 +168,7 @@ def test_is_causal_with_fewer_queries_than_keys():
 
 def test_cached_decode_rejects_more_queries_than_keys():
     q = torch.randn(1, 1, 3, 4)
-    with pytest.raises(ValueError, match=r"no more queries than keys, got N=3 queries and M=2 keys"):
+    with pytest.raises(ValueError, match=r"no more queries than keys \(q no longer than k\), got N=3 queries and M=2 keys"):
         cm.cached_decode(q, q[..., :2, :], q[..., :2, :])
 
 

@@ -141,12 +141,14 @@ def test_errors():
         m(x, [[0.0]])
     with pytest.raises(TypeError, match=r"x and context must share one dtype, got torch.float32 and torch.float64"):
         m(x, context.double())
-    with pytest.raises(TypeError, match=r"key_mask must have dtype torch.bool, got torch.float32"):
+    with pytest.raises(TypeError, match=r"key_mask must be torch.bool \(True = real key\), got torch.float32"):
         m(x, context, key_mask=torch.ones(2, 4))
-    with pytest.raises(TypeError, match=r"key_mask must be torch.bool \(True = may attend\) or torch.float32 \(added to the scores\), got torch.int32"):
+    with pytest.raises(TypeError, match=r"key_mask must be torch.bool \(True = real key\), got torch.int32"):
         m(x, context, key_mask=torch.ones(2, 4, dtype=torch.int32))
-    with pytest.raises(ValueError, match=r"key_mask must broadcast to \(2, 4\), got shape \(2, 3\)"):
+    with pytest.raises(ValueError, match=r"key_mask must have shape \(B, M\) = \(2, 4\), got \(2, 3\)"):
         m(x, context, key_mask=torch.ones(2, 3, dtype=torch.bool))
+    with pytest.raises(ValueError, match=r"key_mask must have shape \(B, M\) = \(2, 4\), got \(4,\)"):
+        m(x, context, key_mask=torch.ones(4, dtype=torch.bool))
 
 
 def test_exercise_context_equal_to_x_is_self_attention():

@@ -168,7 +168,7 @@ def test_key_mask_errors():
         combine_masks([[True]])
     with pytest.raises(ValueError, match=r"attn_mask must have shape \(N, M\), \(B, N, M\) or \(B, H, N, M\), got shape \(3,\)"):
         combine_masks(torch.ones(3, dtype=torch.bool))
-    with pytest.raises(ValueError, match=r"attn_mask has M = 3 keys but key_mask has M = 4"):
+    with pytest.raises(ValueError, match=r"attn_mask must broadcast with key_mask seen as \(B, 1, 1, M\) = \(2, 1, 1, 4\) \(same B, same M\), got attn_mask"):
         combine_masks(causal_mask(3, 3), torch.ones(2, 4, dtype=torch.bool))
 
 

@@ -200,7 +200,7 @@ def test_apply_validation():
         apply_rotary(x, cos, sin, positions=torch.arange(3))
     with pytest.raises(ValueError, match=r"positions must be >= 0, got a minimum of -1"):
         apply_rotary(x, cos, sin, positions=torch.tensor([-1, 0, 1, 2]))
-    with pytest.raises(ValueError, match=r"positions go up to 5 but the cache holds only 4 positions"):
+    with pytest.raises(ValueError, match=r"positions must be < 4, the length of the cos/sin cache \(build it with n_positions > 5\), got a maximum of 5"):
         apply_rotary(x, cos, sin, positions=torch.arange(2, 6))
 
 

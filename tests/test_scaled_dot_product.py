@@ -250,7 +250,7 @@ def test_errors_name_the_argument():
         scaled_dot_product_attention(q, k, v, torch.ones(5, 7, dtype=torch.long))
     with pytest.raises(TypeError, match=r"attn_mask must be a torch.Tensor or None, got list"):
         scaled_dot_product_attention(q, k, v, [[True]])
-    with pytest.raises(ValueError, match=r"attn_mask must broadcast to \(\.\.\., N, M\) = \(\.\.\., 5, 7\), got shape \(5, 6\)"):
+    with pytest.raises(ValueError, match=r"attn_mask must broadcast to the scores \(\.\.\., N, M\) = \(5, 7\), got shape \(5, 6\)"):
         scaled_dot_product_attention(q, k, v, torch.ones(5, 6, dtype=torch.bool))
     with pytest.raises(ValueError, match=r"dropout_p must be a float in \[0, 1\), got 1.0"):
         scaled_dot_product_attention(q, k, v, dropout_p=1.0)

@@ -47,8 +47,10 @@ __all__ = [
 
 
 # --8<-- [start:check_key_mask]
-def _check_key_mask(key_mask: torch.Tensor | None, batch: int, n_keys: int) -> None:
-    """Raise a clear error unless key_mask is None or a (B, M) bool tensor."""
+def _check_key_mask(
+    key_mask: torch.Tensor | None, batch: int, n_keys: int, device: torch.device
+) -> None:
+    """Raise a clear error unless key_mask is None or a (B, M) bool tensor on device."""
     if key_mask is None:
         return
     if not isinstance(key_mask, torch.Tensor):
@@ -63,6 +65,10 @@ def _check_key_mask(key_mask: torch.Tensor | None, batch: int, n_keys: int) -> N
         raise ValueError(
             f"key_mask must have shape (B, M) = ({batch}, {n_keys}), "
             f"got {tuple(key_mask.shape)}"
+        )
+    if key_mask.device != device:
+        raise ValueError(
+            f"key_mask must be on the device of the inputs {device}, got {key_mask.device}"
         )
 # --8<-- [end:check_key_mask]
 
@@ -140,7 +146,7 @@ class AdditiveAttention(nn.Module):
             raise ValueError(f"query must have width query_dim={self.w_a.in_features}, got {dq}")
         if dk != self.u_a.in_features:
             raise ValueError(f"keys must have width key_dim={self.u_a.in_features}, got {dk}")
-        _check_key_mask(key_mask, b, m)
+        _check_key_mask(key_mask, b, m, keys.device)
 
         scores = self.scores(query, keys, projected_keys)  # (B, N, M)
         if key_mask is not None:
@@ -177,7 +183,7 @@ class BahdanauEncoder(nn.Module):
         sentence's last real token, not at the padding after it.
         """
         b, m = src.shape
-        _check_key_mask(key_mask, b, m)
+        _check_key_mask(key_mask, b, m, src.device)
         lengths = key_mask.sum(dim=-1)  # (B,)
         if bool((lengths == 0).any()):
             raise ValueError("key_mask must mark at least one real token in every sentence")

@@ -43,8 +43,10 @@ SCORES = ("dot", "general", "concat")
 
 
 # --8<-- [start:check_key_mask]
-def _check_key_mask(key_mask: torch.Tensor | None, batch: int, n_keys: int) -> None:
-    """Raise a clear error unless key_mask is None or a (B, M) bool tensor."""
+def _check_key_mask(
+    key_mask: torch.Tensor | None, batch: int, n_keys: int, device: torch.device
+) -> None:
+    """Raise a clear error unless key_mask is None or a (B, M) bool tensor on device."""
     if key_mask is None:
         return
     if not isinstance(key_mask, torch.Tensor):
@@ -59,6 +61,10 @@ def _check_key_mask(key_mask: torch.Tensor | None, batch: int, n_keys: int) -> N
         raise ValueError(
             f"key_mask must have shape (B, M) = ({batch}, {n_keys}), "
             f"got {tuple(key_mask.shape)}"
+        )
+    if key_mask.device != device:
+        raise ValueError(
+            f"key_mask must be on the device of the inputs {device}, got {key_mask.device}"
         )
 # --8<-- [end:check_key_mask]
 
@@ -160,7 +166,7 @@ class LuongAttention(nn.Module):
         (b, n, _), (bk, m, _) = query.shape, keys.shape
         if bk != b:
             raise ValueError(f"query and keys must share the batch size B, got {b} and {bk}")
-        _check_key_mask(key_mask, b, m)
+        _check_key_mask(key_mask, b, m, keys.device)
         allowed = key_mask if key_mask is not None else keys.new_ones(b, m, dtype=torch.bool)
 
         scores = self.scores(query, keys)  # (B, N, M)
