@@ -45,8 +45,8 @@ def _check_dropout(name: str, p: float) -> None:
 
 
 def _check_positive_float(name: str, value: float) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        raise ValueError(f"{name} must be a float > 0, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
+        raise ValueError(f"{name} must be a finite float > 0, got {value!r}")
 
 
 def _check_tokens(name: str, x: object, d_model: int, weight: torch.Tensor | None) -> None:

@@ -52,8 +52,8 @@ def _check_dropout(name: str, p: float) -> None:
 
 
 def _check_positive_float(name: str, value: float) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        raise ValueError(f"{name} must be a float > 0, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
+        raise ValueError(f"{name} must be a finite float > 0, got {value!r}")
 
 
 def _check_width(
@@ -77,7 +77,7 @@ def _n_heads(module: nn.Module) -> int | None:
     return None
 
 
-def _check_mask(
+def _check_scores_mask(
     name: str, mask: object, b: int, n: int, m: int, like: torch.Tensor, h: int | None = None
 ) -> None:
     """Raise unless mask is None or a bool / float mask over (B, H, N, M) scores.
@@ -152,9 +152,9 @@ def _check_decoder_call(
             f"tgt and memory must share the batch size B, got tgt {tuple(tgt.shape)} "
             f"and memory {tuple(memory.shape)}"
         )
-    _check_mask("attn_mask", masks["attn_mask"], b, n, n, tgt, heads[0])
+    _check_scores_mask("attn_mask", masks["attn_mask"], b, n, n, tgt, heads[0])
     _check_token_mask("key_mask", masks["key_mask"], b, n, tgt)
-    _check_mask("memory_mask", masks["memory_mask"], b, n, m, tgt, heads[1])
+    _check_scores_mask("memory_mask", masks["memory_mask"], b, n, m, tgt, heads[1])
     _check_token_mask("memory_key_mask", masks["memory_key_mask"], b, m, tgt)
 
 
@@ -181,9 +181,9 @@ def _check_encoder_decoder_call(
     (b, m, _), n = src.shape, tgt.shape[1]
     _check_token_mask("src_key_mask", masks["src_key_mask"], b, m, src)
     _check_token_mask("tgt_key_mask", masks["tgt_key_mask"], b, n, src)
-    _check_mask("src_mask", masks["src_mask"], b, m, m, src, heads[0])
-    _check_mask("tgt_mask", masks["tgt_mask"], b, n, n, src, heads[1])
-    _check_mask("memory_mask", masks["memory_mask"], b, n, m, src, heads[1])
+    _check_scores_mask("src_mask", masks["src_mask"], b, m, m, src, heads[0])
+    _check_scores_mask("tgt_mask", masks["tgt_mask"], b, n, n, src, heads[1])
+    _check_scores_mask("memory_mask", masks["memory_mask"], b, n, m, src, heads[1])
 # --8<-- [end:validate]
 
 
@@ -228,7 +228,7 @@ class Encoder(nn.Module):
         """
         _check_width("src", src, getattr(self.layers[0], "d_model", None), "M", next(self.parameters(), None))
         b, m, _ = src.shape
-        _check_mask("attn_mask", attn_mask, b, m, m, src, _n_heads(self))
+        _check_scores_mask("attn_mask", attn_mask, b, m, m, src, _n_heads(self))
         _check_token_mask("key_mask", key_mask, b, m, src)
         x = src
         for layer in self.layers:

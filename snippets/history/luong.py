@@ -69,6 +69,15 @@ def _check_key_mask(
 # --8<-- [end:check_key_mask]
 
 
+def _check_like_module(name: str, t: torch.Tensor, weight: torch.Tensor) -> None:
+    """Raise unless t has the device (and, outside autocast, the dtype) of the module's weight."""
+    if t.device != weight.device:
+        raise ValueError(f"{name} must be on the module's device {weight.device}, got {t.device}")
+    autocast = torch.amp.is_autocast_available(t.device.type) and torch.is_autocast_enabled(t.device.type)
+    if t.dtype != weight.dtype and not autocast:
+        raise TypeError(f"{name} must have the module's dtype {weight.dtype}, got {t.dtype}")
+
+
 class LuongAttention(nn.Module):
     """Luong's attention layer: scores, weights, context and h~_t = tanh(W_c [c_t; h_t]).
 
@@ -166,6 +175,8 @@ class LuongAttention(nn.Module):
         (b, n, _), (bk, m, _) = query.shape, keys.shape
         if bk != b:
             raise ValueError(f"query and keys must share the batch size B, got {b} and {bk}")
+        _check_like_module("query", query, self.w_c.weight)
+        _check_like_module("keys", keys, self.w_c.weight)
         _check_key_mask(key_mask, b, m, keys.device)
         allowed = key_mask if key_mask is not None else keys.new_ones(b, m, dtype=torch.bool)
 
