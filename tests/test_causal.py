@@ -204,3 +204,16 @@ def test_exercise_last_row_equals_full_self_attention():
     assert_close(out[:, -1], out_full[:, -1])
     assert_close(weights[:, -1], weights_full[:, -1])
     assert not torch.allclose(out[:, 0], out_full[:, 0])
+
+
+def test_errors_for_module_dtype_and_devices():
+    m = _model(8)
+    x = _x()
+    with pytest.raises(TypeError, match=r"x must have the module's dtype torch.float32, got torch.float64"):
+        m(x.double())
+    with pytest.raises(ValueError, match=r"x must be on the module's device cpu, got meta"):
+        m(x.to("meta"))
+    with pytest.raises(ValueError, match=r"key_mask must be on the device of the inputs cpu, got meta"):
+        m(x, key_mask=torch.ones(2, 6, dtype=torch.bool, device="meta"))
+    with pytest.raises(ValueError, match=r"dropout must be a float in \[0, 1\), got '0.1'"):
+        CausalSelfAttention(8, dropout="0.1")

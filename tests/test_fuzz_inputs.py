@@ -165,18 +165,26 @@ class Call:
     kwargs: dict[str, Any]
     specs: dict[str, T | Bad]
     label: str = "call"
+    target: str | None = None  # for a builder shared by several callables: whose call this is
 
 
 FUZZ: dict[str, Callable[[SimpleNamespace], list[Call]]] = {}
 
 
 def fuzz(*keys: str):
-    """Register a builder of valid calls for one or more public callables."""
+    """Register a builder of valid calls for one or more public callables.
+
+    A builder shared by several callables marks each call with its ``target``
+    (the callable's name); each callable is then fuzzed through its own calls.
+    """
 
     def register(build):
         for key in keys:
             assert key not in FUZZ, key
-            FUZZ[key] = build
+            name = key.rsplit(".", 1)[1]
+            FUZZ[key] = lambda s, build=build, name=name: [
+                c for c in build(s) if c.target in (None, name)
+            ]
         return build
 
     return register
@@ -267,7 +275,8 @@ def _(s):
 def _(s):
     calls = []
     for fn in (masks_mod.to_mha_mask, masks_mod.from_mha_mask):
-        calls.append(Call(fn, {"mask": ones(s.n, s.m)}, {"mask": T(MASK, dtype_peer=False, device_peer=False)}))
+        calls.append(Call(fn, {"mask": ones(s.n, s.m)}, {"mask": T(MASK, dtype_peer=False, device_peer=False)},
+                          fn.__name__, fn.__name__))
     return calls
 
 
@@ -576,21 +585,24 @@ QK_SPECS = {"q": T(min_rank=2, tied=(0, 1, -1), names=("k",)), "k": T(min_rank=2
       "attention.common_mistakes.weights_unscaled", "attention.common_mistakes.weights_scaled")
 def _(s):
     fns = (cm.weights_wrong_axis, cm.weights_right_axis, cm.weights_unscaled, cm.weights_scaled)
-    return [Call(fn, {"q": r(s.b, s.h, s.n, s.d), "k": r(s.b, s.h, s.m, s.d)}, QK_SPECS, fn.__name__) for fn in fns]
+    return [Call(fn, {"q": r(s.b, s.h, s.n, s.d), "k": r(s.b, s.h, s.m, s.d)}, QK_SPECS, fn.__name__, fn.__name__)
+            for fn in fns]
 
 
 @fuzz("attention.common_mistakes.self_attention_wrong_value", "attention.common_mistakes.self_attention")
 def _(s):
     w = T(rank=2, tied=(0, 1), names=("x",))
     return [Call(fn, {"x": r(s.b, s.n, s.d), "w_q": r(s.d, s.d), "w_k": r(s.d, s.d), "w_v": r(s.d, s.d)},
-                 {"x": T(rank=3, tied=(-1,), names=("w_q", "w_k", "w_v")), "w_q": w, "w_k": w, "w_v": w}, fn.__name__)
+                 {"x": T(rank=3, tied=(-1,), names=("w_q", "w_k", "w_v")), "w_q": w, "w_k": w, "w_v": w},
+                 fn.__name__, fn.__name__)
             for fn in (cm.self_attention_wrong_value, cm.self_attention)]
 
 
 @fuzz("attention.common_mistakes.masked_attention_wrong", "attention.common_mistakes.masked_attention")
 def _(s):
     allowed = T(BOOL, tied=(-2, -1), lead_fixed=True)
-    return [Call(fn, {**qkv(s), "allowed": ones(s.n, s.m)}, {**qkv_specs(), "allowed": allowed}, fn.__name__)
+    return [Call(fn, {**qkv(s), "allowed": ones(s.n, s.m)}, {**qkv_specs(), "allowed": allowed},
+                 fn.__name__, fn.__name__)
             for fn in (cm.masked_attention_wrong, cm.masked_attention)]
 
 
@@ -600,7 +612,7 @@ def _(s):
     mha = nn.MultiheadAttention(d_model, s.h, batch_first=True)
     return [Call(fn, {"mha": mha, "x": r(s.b, s.n, d_model), "allowed": ones(s.n, s.n)},
                  {"mha": NOT_A_MODULE, "x": T(rank=3, tied=(1, -1), names=("allowed", "mha")),
-                  "allowed": T(BOOL, rank=2, tied=(0, 1))}, fn.__name__)
+                  "allowed": T(BOOL, rank=2, tied=(0, 1))}, fn.__name__, fn.__name__)
             for fn in (cm.mha_masked_wrong, cm.mha_masked)]
 
 
@@ -608,7 +620,7 @@ def _(s):
       "attention.common_mistakes.cached_decode_bias")
 def _(s):
     base = {"q": r(s.b, s.h, 1, s.d), "k": r(s.b, s.h, s.m, s.d), "v": r(s.b, s.h, s.m, s.d)}
-    return [Call(fn, dict(base), qkv_specs(), fn.__name__)
+    return [Call(fn, dict(base), qkv_specs(), fn.__name__, fn.__name__)
             for fn in (cm.cached_decode_wrong, cm.cached_decode, cm.cached_decode_bias)]
 
 
@@ -616,8 +628,10 @@ def _(s):
 def _(s):
     calls = []
     for cls in (cm.DropoutAttentionWrong, cm.DropoutAttention):
-        calls += _module_calls(cls, {"dropout": 0.1}, {"dropout": PROB},
-                               lambda mod, **kw: mod(kw.pop("q"), kw.pop("k"), kw.pop("v")), qkv(s), qkv_specs())
+        for call in _module_calls(cls, {"dropout": 0.1}, {"dropout": PROB},
+                                  lambda mod, **kw: mod(kw.pop("q"), kw.pop("k"), kw.pop("v")), qkv(s), qkv_specs()):
+            call.target = cls.__name__
+            calls.append(call)
     return calls
 
 
@@ -626,7 +640,7 @@ def _(s):
 def _(s):
     return [Call(fn, {"scores": r(s.b, s.n, s.m), "allowed": ones(s.n, s.m)},
                  {"scores": T(min_rank=1, tied=(-2, -1), dtype_peer=False, device_peer=True, names=("allowed",)),
-                  "allowed": T(BOOL, tied=(-2, -1), lead_fixed=True)}, fn.__name__)
+                  "allowed": T(BOOL, tied=(-2, -1), lead_fixed=True)}, fn.__name__, fn.__name__)
             for fn in (cm.masked_weights_wrong, cm.masked_weights, cm.masked_weights_finfo_min)]
 
 
@@ -635,7 +649,7 @@ def _(s):
     d_model = s.h * s.d
     mha = nn.MultiheadAttention(d_model, s.h)
     return [Call(fn, {"mha": mha, "x": r(s.b, s.n, d_model)},
-                 {"mha": NOT_A_MODULE, "x": T(rank=3, tied=(-1,), names=("mha",))}, fn.__name__)
+                 {"mha": NOT_A_MODULE, "x": T(rank=3, tied=(-1,), names=("mha",))}, fn.__name__, fn.__name__)
             for fn in (cm.mha_self_attend_wrong, cm.mha_self_attend)]
 
 

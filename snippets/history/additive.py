@@ -175,7 +175,10 @@ def _check_source(
 
 def _check_model(name: str, model: object) -> None:
     if not isinstance(model, nn.Module) or not hasattr(model, "greedy_decode"):
-        raise TypeError(f"{name} must be a BahdanauSeq2Seq (an nn.Module with greedy_decode), got {type(model).__name__}")
+        raise TypeError(
+            f"{name} must be a BahdanauSeq2Seq (an nn.Module with greedy_decode), "
+            f"got {type(model).__name__}"
+        )
 # --8<-- [end:validate]
 
 

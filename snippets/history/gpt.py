@@ -52,15 +52,6 @@ def _check_generator(generator: object) -> None:
         raise TypeError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
 
 
-def _check_like_module(name: str, t: torch.Tensor, weight: torch.Tensor) -> None:
-    """Raise unless t has the device (and, outside autocast, the dtype) of the module's weight."""
-    if t.device != weight.device:
-        raise ValueError(f"{name} must be on the module's device {weight.device}, got {t.device}")
-    autocast = torch.amp.is_autocast_available(t.device.type) and torch.is_autocast_enabled(t.device.type)
-    if t.dtype != weight.dtype and not autocast:
-        raise TypeError(f"{name} must have the module's dtype {weight.dtype}, got {t.dtype}")
-
-
 def _check_ids(
     name: str, ids: object, vocab_size: int | None = None, device: torch.device | None = None
 ) -> tuple[int, int]:
@@ -188,12 +179,13 @@ def next_token_loss(logits: torch.Tensor, input_ids: torch.Tensor) -> torch.Tens
     if not isinstance(logits, torch.Tensor) or not logits.is_floating_point():
         got = logits.dtype if isinstance(logits, torch.Tensor) else type(logits).__name__
         raise TypeError(f"logits must be a floating tensor (B, N, V), got {got}")
-    _check_ids("input_ids", input_ids, logits.shape[-1], logits.device)
+    _check_ids("input_ids", input_ids)
     if logits.dim() != 3 or tuple(input_ids.shape) != tuple(logits.shape[:2]) or logits.shape[1] < 2:
         raise ValueError(
             f"logits must be (B, N, V) and input_ids (B, N) with N >= 2, got logits "
             f"{tuple(logits.shape)} and input_ids {tuple(input_ids.shape)}"
         )
+    _check_ids("input_ids", input_ids, logits.shape[-1], logits.device)
     predictions = logits[:, :-1]  # position i predicts token i + 1: (B, N - 1, V)
     targets = input_ids[:, 1:]  # (B, N - 1)
     return F.cross_entropy(predictions.flatten(0, 1), targets.flatten())  # (B*(N-1), V) vs (B*(N-1),)
