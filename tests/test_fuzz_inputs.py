@@ -1248,7 +1248,8 @@ def test_every_way_to_break_each_argument_once(key):
 
 @pytest.mark.parametrize("key", sorted(FUZZ))
 @settings(max_examples=25, deadline=None, derandomize=True, database=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+                                 HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_malformed_input_gets_a_named_error(key, data):
     torch.default_generator.manual_seed(0)  # CPU only: cheaper than torch.manual_seed per example
