@@ -80,7 +80,7 @@ def _check_ids(
         raise ValueError(f"{name} must have shape (B, N), got {tuple(ids.shape)}")
     if device is not None and ids.device != device:
         raise ValueError(f"{name} must be on the model's device {device}, got {ids.device}")
-    if vocab_size is not None and ids.numel() and not 0 <= int(ids.min()) <= int(ids.max()) < vocab_size:
+    if vocab_size is not None and bool(((ids < 0) | (ids >= vocab_size)).any()):  # one sync
         raise ValueError(
             f"{name} must lie in [0, vocab_size={vocab_size}), "
             f"got ids from {int(ids.min())} to {int(ids.max())}"
