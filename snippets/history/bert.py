@@ -447,9 +447,9 @@ def mask_tokens(
     _check_ids("input_ids", input_ids)
     _check_ints(1, vocab_size=vocab_size)
     _check_special(special, vocab_size)
+    _check_generator(generator)
     if isinstance(select_prob, bool) or not isinstance(select_prob, (int, float)) or not 0.0 < select_prob <= 1.0:
         raise ValueError(f"select_prob must be a float in (0, 1], got {select_prob!r}")
-    _check_generator(generator)
     regular = torch.ones(vocab_size, dtype=torch.bool)
     regular[list(special.ids)] = False
     candidates = regular.nonzero().squeeze(1).to(input_ids.device)  # ids a random swap may use
