@@ -2,14 +2,16 @@
 
 Each public callable (the names in a snippet module's ``__all__``) registers an
 entry in ``FUZZ``: a function that builds one or more valid calls from a few
-drawn sizes, and for each argument a ``Spec`` that says what makes it wrong.
+drawn sizes, and for each argument a rule that says what makes it wrong
+(``T`` for a tensor, ``Bad`` for the values a number or an object must refuse).
 Hypothesis picks a call, an argument and one way to break it (a wrong rank, a
 leading or head dimension that no longer agrees with the other arguments, an
 integer, boolean or mismatched float dtype, a tensor on another device, a
 value that is not a tensor at all, a bad mask, an out-of-range number) and the
 call must then raise ``ValueError`` or ``TypeError`` whose message names the
 broken argument and says what it got. A ``RuntimeError``, ``IndexError`` or
-``AttributeError`` from deep inside torch fails the test.
+``AttributeError`` from deep inside torch fails the test. Next to the random
+draws, a deterministic sweep tries every way to break every argument once.
 
 "Another device" is PyTorch's ``meta`` device, so the device checks run on a
 machine with only a CPU. A new snippet must register here:
@@ -19,12 +21,11 @@ machine with only a CPU. A new snippet must register here:
 from __future__ import annotations
 
 import importlib
-import math
 import pathlib
 import random
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
 
@@ -33,6 +34,31 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from torch import nn
+
+from snippets import device as device_mod
+from snippets.architecture import block as block_mod
+from snippets.architecture import encoder_decoder as ed_mod
+from snippets.attention import alibi as alibi_mod
+from snippets.attention import causal as causal_mod
+from snippets.attention import co_attention as co_mod
+from snippets.attention import common_mistakes as cm
+from snippets.attention import cross_attention as cross_mod
+from snippets.attention import grouped_query as gqa_mod
+from snippets.attention import multi_head as mha_mod
+from snippets.attention import naive_self_attention as naive_mod
+from snippets.attention import rotary as rotary_mod
+from snippets.attention import self_attention as self_mod
+from snippets.efficiency import kv_cache as kv_mod
+from snippets.efficiency import linear_attention as linear_mod
+from snippets.efficiency import sliding_window as sliding_mod
+from snippets.efficiency import tiled as tiled_mod
+from snippets.foundations import masks as masks_mod
+from snippets.foundations import positional_encoding as pe_mod
+from snippets.foundations import scaled_dot_product as sdpa_mod
+from snippets.history import additive as add_mod
+from snippets.history import bert as bert_mod
+from snippets.history import gpt as gpt_mod
+from snippets.history import luong as luong_mod
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 MODULES = sorted(
@@ -211,7 +237,6 @@ KEY_MASK = T(BOOL, rank=2, tied=(0, 1))  # (B, M), True = real key
 # ----------------------------------------------------------------------------
 # device.py
 # ----------------------------------------------------------------------------
-from snippets import device as device_mod  # noqa: E402
 
 
 @fuzz("device.pick_device")
@@ -227,9 +252,6 @@ def _(s):
 # ----------------------------------------------------------------------------
 # foundations
 # ----------------------------------------------------------------------------
-from snippets.foundations import masks as masks_mod  # noqa: E402
-from snippets.foundations import positional_encoding as pe_mod  # noqa: E402
-from snippets.foundations import scaled_dot_product as sdpa_mod  # noqa: E402
 
 CAUSAL_MASK_SPECS = {"n_queries": NONNEG_INT, "n_keys": NONNEG_INT}
 
@@ -352,16 +374,6 @@ def _(s):
 # ----------------------------------------------------------------------------
 # attention
 # ----------------------------------------------------------------------------
-from snippets.attention import alibi as alibi_mod  # noqa: E402
-from snippets.attention import causal as causal_mod  # noqa: E402
-from snippets.attention import co_attention as co_mod  # noqa: E402
-from snippets.attention import common_mistakes as cm  # noqa: E402
-from snippets.attention import cross_attention as cross_mod  # noqa: E402
-from snippets.attention import grouped_query as gqa_mod  # noqa: E402
-from snippets.attention import multi_head as mha_mod  # noqa: E402
-from snippets.attention import naive_self_attention as naive_mod  # noqa: E402
-from snippets.attention import rotary as rotary_mod  # noqa: E402
-from snippets.attention import self_attention as self_mod  # noqa: E402
 
 
 @fuzz("attention.alibi.alibi_slopes")
@@ -656,8 +668,6 @@ def _(s):
 # ----------------------------------------------------------------------------
 # architecture
 # ----------------------------------------------------------------------------
-from snippets.architecture import block as block_mod  # noqa: E402
-from snippets.architecture import encoder_decoder as ed_mod  # noqa: E402
 
 
 def _mha(d_model, h):
@@ -792,10 +802,6 @@ def _(s):
 # ----------------------------------------------------------------------------
 # efficiency
 # ----------------------------------------------------------------------------
-from snippets.efficiency import kv_cache as kv_mod  # noqa: E402
-from snippets.efficiency import linear_attention as linear_mod  # noqa: E402
-from snippets.efficiency import sliding_window as sliding_mod  # noqa: E402
-from snippets.efficiency import tiled as tiled_mod  # noqa: E402
 
 
 @fuzz("efficiency.kv_cache.kv_cache_bytes")
@@ -913,10 +919,6 @@ def _(s):
 # ----------------------------------------------------------------------------
 # history
 # ----------------------------------------------------------------------------
-from snippets.history import additive as add_mod  # noqa: E402
-from snippets.history import bert as bert_mod  # noqa: E402
-from snippets.history import gpt as gpt_mod  # noqa: E402
-from snippets.history import luong as luong_mod  # noqa: E402
 
 
 @fuzz("history.additive.AdditiveAttention")
