@@ -98,7 +98,10 @@ def default_dtype(device: torch.device | str) -> torch.dtype:
     """
     if not isinstance(device, (str, torch.device)):
         raise TypeError(f"device must be a str or torch.device, got {type(device).__name__}")
-    kind = torch.device(device).type
+    try:
+        kind = torch.device(device).type
+    except RuntimeError:
+        raise ValueError(f"device must name a device such as 'cpu' or 'cuda:0', got {device!r}") from None
     if kind == "cuda":
         return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
     if kind == "mps":

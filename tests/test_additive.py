@@ -255,3 +255,61 @@ def test_additive_scores_are_bounded_by_v_a():
     bound = att.v_a.weight.abs().sum()
     assert bool((scores.abs() <= bound + 1e-5).all())
     assert scores.abs().max() > 0.5 * bound  # saturated tanh: the bound is nearly reached
+
+
+def test_attention_errors_for_dtypes_devices_and_projected_keys():
+    torch.manual_seed(0)
+    attn = AdditiveAttention(4, 6, 5)
+    query, keys = torch.randn(2, 1, 4), torch.randn(2, 3, 6)
+    cases = [
+        ((query.long(), keys), {}, TypeError, r"query must have the module's dtype torch.float32, got torch.int64"),
+        ((query, keys.to("meta")), {}, ValueError, r"keys must be on the module's device cpu, got meta"),
+        ((query, keys), {"key_mask": torch.ones(2, 3, dtype=torch.bool, device="meta")}, ValueError,
+         r"key_mask must be on the device of the inputs cpu, got meta"),
+        ((query, keys), {"projected_keys": [1.0]}, TypeError, r"projected_keys must be a torch.Tensor or None, got list"),
+        ((query, keys), {"projected_keys": torch.randn(2, 3, 4)}, ValueError,
+         r"projected_keys must have shape \(B, M, attn_dim\) = \(2, 3, 5\), got \(2, 3, 4\)"),
+        ((query, keys), {"projected_keys": torch.randn(2, 3, 5, dtype=torch.float64)}, TypeError,
+         r"projected_keys must have the module's dtype torch.float32, got torch.float64"),
+    ]
+    for args, kwargs, error, match in cases:
+        with pytest.raises(error, match=match):
+            attn(*args, **kwargs)
+
+
+def test_model_and_training_errors():
+    torch.manual_seed(0)
+    model = BahdanauSeq2Seq(13, 13, emb_dim=4, hidden_size=4, attn_dim=4)
+    src = torch.tensor([[3, 4, 5], [6, 7, 0]])
+    mask = src != PAD
+    tgt = torch.tensor([[BOS, 5], [BOS, 6]])
+    cases = [
+        (lambda: BahdanauEncoder(13, 4, 0), ValueError, r"hidden_size must be an int >= 1, got 0"),
+        (lambda: BahdanauEncoder(13, 4, 4, padding_idx=13), ValueError, r"padding_idx must be an int in \[0, vocab_size=13\), got 13"),
+        (lambda: BahdanauSeq2Seq(13, 2.5), ValueError, r"tgt_vocab must be an int >= 1, got 2.5"),
+        (lambda: model.encoder(src.float(), mask), TypeError, r"src must be an int64 or int32 tensor of token ids, got torch.float32"),
+        (lambda: model.encoder(src[0], mask[0]), ValueError, r"src must have shape \(B, N\), got \(3,\)"),
+        (lambda: model.encoder(src.to("meta"), mask), ValueError, r"src must be on the model's device cpu, got meta"),
+        (lambda: model.encoder(src, None), TypeError, r"key_mask must be a \(B, M\) torch.bool tensor, got None"),
+        (lambda: model(src, tgt, src_mask=mask.long()), TypeError, r"src_mask must be a torch.bool tensor \(True = real token\), got torch.int64"),
+        (lambda: model(src, tgt, src_mask=mask[:, :2]), ValueError,
+         r"src_mask must have src's shape \(B, M\) = \(2, 3\) and device cpu, got \(2, 2\) on cpu"),
+        (lambda: model(src, tgt, src_mask=~mask), ValueError, r"src_mask must mark at least one real token in every sentence, got \[0, 1\]"),
+        (lambda: model(src, tgt, src_mask=torch.tensor([[True, False, True], [True, True, False]])), ValueError,
+         r"src_mask must be right-padded: True for a prefix of each row, then False; got \[\[1, 0, 1\], \[1, 1, 0\]\]"),
+        (lambda: model(src, tgt[:1]), ValueError, r"tgt_in must have src's batch size B=2, got \(1, 2\)"),
+        (lambda: model(src, tgt + 20), ValueError, r"tgt_in must lie in \[0, vocab_size=13\), got ids from 21 to 26"),
+        (lambda: model.greedy_decode(src, -1), ValueError, r"max_len must be an int >= 0, got -1"),
+        (lambda: reversal_batch(2, 1, 3, 0), TypeError, r"rng must be a random.Random, got int"),
+        (lambda: reversal_batch(0, 1, 3, random.Random(0)), ValueError, r"batch_size must be an int >= 1, got 0"),
+        (lambda: train_toy_translation("model"), TypeError, r"model must be an nn.Module, got str"),
+        (lambda: train_toy_translation(model, lr=0.0), ValueError, r"lr must be a finite float > 0, got 0.0"),
+        (lambda: train_toy_translation(model, seed=None), ValueError, r"seed must be an int >= 0, got None"),
+        (lambda: accuracy_by_length(AdditiveAttention(2, 2, 2), [3]), TypeError,
+         r"model must be a BahdanauSeq2Seq \(an nn.Module with greedy_decode\), got AdditiveAttention"),
+        (lambda: accuracy_by_length(model, 3), TypeError, r"lengths must be an iterable of ints >= 1, got int"),
+        (lambda: accuracy_by_length(model, [2, 0]), ValueError, r"lengths\[1\] must be an int >= 1, got 0"),
+    ]
+    for make, error, match in cases:
+        with pytest.raises(error, match=match):
+            make()

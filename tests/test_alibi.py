@@ -185,7 +185,7 @@ def test_validation():
         alibi_bias([0.5], 3, 3)
     with pytest.raises(ValueError, match=r"n_keys must be a non-negative int, got -1"):
         alibi_bias(alibi_slopes(2), 3, -1)
-    with pytest.raises(ValueError, match=r"a causal bias needs N <= M .* got N=4 and M=3"):
+    with pytest.raises(ValueError, match=r"a causal bias needs n_queries <= n_keys .* got n_queries=4 and n_keys=3"):
         alibi_bias(alibi_slopes(2), 4, 3)
     q, k, v = _qkv()
     with pytest.raises(ValueError, match=r"k must be a 4-D tensor \(B, H, length, width\), got \(6, 8\)"):
@@ -211,3 +211,30 @@ def test_exercise_equal_scores_give_geometric_weights():
     delta = torch.arange(n - 1, -1, -1, dtype=torch.float64)
     want = torch.exp(-slopes.view(-1, 1) * delta)
     assert_close(weights, want / want.sum(-1, keepdim=True))
+
+
+def test_attention_errors_for_heads_widths_lengths_dtypes_and_slopes():
+    """The checks that run before F.scaled_dot_product_attention could fail deep inside."""
+    q, k, v = _qkv()
+    slopes = alibi_slopes(4)
+    with pytest.raises(ValueError, match=r"q, k and v must share the batch size B and the head count H, "
+                                         r"got q \(2, 4, 6, 8\), k \(2, 2, 6, 8\) and v \(2, 4, 6, 8\)"):
+        alibi_attention(q, k[:, :2], v, slopes)
+    with pytest.raises(ValueError, match=r"q and k must have the same head width d, got q \(2, 4, 6, 8\) "
+                                         r"and k \(2, 4, 6, 4\)"):
+        alibi_attention(q, k[..., :4], v, slopes)
+    with pytest.raises(ValueError, match=r"k and v must have the same length M, got k \(2, 4, 6, 8\) "
+                                         r"and v \(2, 4, 5, 8\)"):
+        alibi_attention(q, k, v[..., :5, :], slopes)
+    with pytest.raises(TypeError, match=r"q must have a floating dtype, got torch.int64"):
+        alibi_attention(q.long(), k, v, slopes)
+    with pytest.raises(TypeError, match=r"q, k and v must share one dtype, got torch.float64, torch.float32"):
+        alibi_attention(q, k.float(), v, slopes)
+    with pytest.raises(ValueError, match=r"q, k and v must be on one device, got cpu, cpu and meta"):
+        alibi_attention(q, k, v.to("meta"), slopes)
+    with pytest.raises(TypeError, match=r"slopes must be a floating torch.Tensor of shape \(H,\), got list"):
+        alibi_attention(q, k, v, slopes.tolist())
+    with pytest.raises(TypeError, match=r"slopes must be a floating torch.Tensor of shape \(H,\), got torch.int64"):
+        alibi_attention(q, k, v, slopes.long())
+    with pytest.raises(TypeError, match=r"dtype must be a floating torch.dtype, got torch.int64"):
+        alibi_slopes(4, dtype=torch.int64)

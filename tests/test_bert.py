@@ -346,3 +346,69 @@ def test_from_transformers_reads_the_sizes_without_the_library():
 # ----------------------------------------------------------------------------
 
 
+
+
+def test_config_embedding_head_and_loss_errors():
+    from snippets.history.bert import BertEmbeddings, MlmHead
+
+    m = model()
+    ids, segments, keys = batch()
+    cases = [
+        (lambda: SpecialTokens(pad=-1), ValueError, r"pad must be an int >= 0, got -1"),
+        (lambda: SpecialTokens(mask=0), ValueError, r"pad, cls, sep and mask must be four different ids, got SpecialTokens"),
+        (lambda: BertConfig(dropout=1.5), ValueError, r"dropout must be a float in \[0, 1\), got 1.5"),
+        (lambda: BertConfig(layer_norm_eps="1e-12"), ValueError, r"layer_norm_eps must be a finite float > 0, got '1e-12'"),
+        (lambda: BertConfig(special=(0, 1, 2, 3)), TypeError, r"special must be a SpecialTokens, got tuple"),
+        (lambda: BertEmbeddings("config"), TypeError, r"config must be a BertConfig, got str"),
+        (lambda: MlmHead(None, m.bert.embeddings.token), TypeError, r"config must be a BertConfig, got NoneType"),
+        (lambda: MlmHead(CONFIG, torch.nn.Embedding(3, 16)), TypeError,
+         r"token_embedding must be an nn.Embedding of shape \(V, D\) = \(30, 16\), got \(3, 16\)"),
+        (lambda: m.mlm(torch.randn(2, 8)), ValueError, r"hidden must have shape \(B, N, D\) with D = 16, got \(2, 8\)"),
+        (lambda: m.mlm(torch.randn(2, 8, 16, device="meta")), ValueError,
+         r"hidden must be on the module's device cpu, got meta"),
+        (lambda: m.mlm(torch.randn(2, 8, 16, dtype=torch.float64)), TypeError,
+         r"hidden must have the module's dtype torch.float32, got torch.float64"),
+        (lambda: m(ids + 30), ValueError, r"input_ids must lie in \[0, vocab_size=30\), got ids from 30 to 41"),
+        (lambda: m(ids.to("meta")), ValueError, r"input_ids must be on the model's device cpu, got meta"),
+        (lambda: m(ids, segment_ids=segments.float()), TypeError,
+         r"segment_ids must be an int64 or int32 tensor of token ids, got torch.float32"),
+        (lambda: m(ids, segment_ids=segments.to("meta")), ValueError, r"segment_ids must be on the model's device cpu, got meta"),
+        (lambda: m(ids, key_mask=keys.long()), TypeError, r"key_mask must be a torch.bool tensor \(True = real token\), got torch.int64"),
+        (lambda: m(ids, key_mask=keys[:, :5]), ValueError,
+         r"key_mask must have input_ids' shape \(2, 8\) and device cpu, got \(2, 5\) on cpu"),
+        (lambda: mlm_loss(torch.zeros(2, 8, 30, dtype=torch.long), ids), TypeError,
+         r"logits must be a floating tensor \(B, N, V\), got torch.int64"),
+        (lambda: mlm_loss(torch.zeros(2, 8, 30), ids.float()), TypeError, r"labels must be an int64 or int32 tensor, got torch.float32"),
+        (lambda: mlm_loss(torch.zeros(2, 8, 30), ids.to("meta")), ValueError, r"labels must be on logits' device cpu, got meta"),
+        (lambda: mlm_loss(torch.zeros(2, 8, 30), ids + 25), ValueError,
+         r"labels must be token ids in \[0, V=30\) or IGNORE_INDEX=-100, got \[30, 31"),
+    ]
+    for make, error, match in cases:
+        with pytest.raises(error, match=match):
+            make()
+
+
+def test_corpus_masking_loading_and_training_errors():
+    from snippets.history.bert import train_tiny_bert
+
+    ids, _, _ = batch()
+    cases = [
+        (lambda: mask_tokens(ids, 3), ValueError, r"vocab_size must exceed every special token id \(0, 1, 2, 3\), got 3"),
+        (lambda: mask_tokens(ids, "30"), ValueError, r"vocab_size must be an int >= 1, got '30'"),
+        (lambda: mask_tokens(ids, 30, special=(0, 1, 2, 3)), TypeError, r"special must be a SpecialTokens, got tuple"),
+        (lambda: mask_tokens(ids, 30, select_prob="0.5"), ValueError, r"select_prob must be a float in \(0, 1\], got '0.5'"),
+        (lambda: mask_tokens(ids, 30, generator=0), TypeError, r"generator must be a torch.Generator or None, got int"),
+        (lambda: state_dict_from_transformers([("a", 1)]), TypeError, r"hf_state must be a mapping of names to tensors, got list"),
+        (lambda: state_dict_from_transformers({3: torch.zeros(1)}), TypeError, r"hf_state must have str keys, got 3"),
+        (lambda: counting_corpus(0, 4, 8, (1,)), ValueError, r"n_sequences must be an int >= 1, got 0"),
+        (lambda: counting_corpus(2, 4, 8, ()), ValueError, r"steps must be a non-empty tuple of ints, got \(\)"),
+        (lambda: train_tiny_bert(3), TypeError, r"make_block must be callable, got int"),
+        (lambda: train_tiny_bert(make_block, config="config"), TypeError, r"config must be a BertConfig or None, got str"),
+        (lambda: train_tiny_bert(make_block, count_steps=[2.5]), ValueError, r"count_steps must be a non-empty tuple of ints, got \[2.5\]"),
+        (lambda: train_tiny_bert(make_block, config=CONFIG, length=11), ValueError,
+         r"length \+ 2 must fit config.max_len=12 and n_tokens the ids above the special ones \(vocab_size=30\), "
+         r"got length=11, n_tokens=16"),
+    ]
+    for make, error, match in cases:
+        with pytest.raises(error, match=match):
+            make()

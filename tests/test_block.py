@@ -305,3 +305,46 @@ def test_torch_attention_errors():
     attention = TorchAttention(nn.MultiheadAttention(8, 2, batch_first=True))
     with pytest.raises(ValueError, match=r"attn_mask must have shape \(N, N\) = \(3, 3\), got \(3, 4\)"):
         attention(torch.randn(1, 3, 8), attn_mask=torch.ones(3, 4, dtype=torch.bool))
+
+
+def test_torch_attention_checks_x_and_both_masks():
+    attention = TorchAttention(nn.MultiheadAttention(8, 2, batch_first=True))
+    x = torch.randn(2, 3, 8)
+    cases = [
+        (([1.0],), {}, ValueError, r"x must have shape \(B, N, D\) with D = 8, got list"),
+        ((x.long(),), {}, TypeError, r"x must have a floating dtype, got torch.int64"),
+        ((x.double(),), {}, TypeError, r"x must have the module's dtype torch.float32, got torch.float64"),
+        ((x.to("meta"),), {}, ValueError, r"x must be on the module's device cpu, got meta"),
+        ((x,), {"attn_mask": [[True]]}, TypeError, r"attn_mask must be a torch.Tensor or None, got list"),
+        ((x,), {"attn_mask": torch.ones(3, 3, dtype=torch.long)}, TypeError,
+         r"attn_mask must be torch.bool \(True = may attend\) or torch.float32 \(added to the scores\), got torch.int64"),
+        ((x,), {"attn_mask": torch.ones(3, 3, dtype=torch.bool, device="meta")}, ValueError,
+         r"attn_mask must be on x's device cpu, got meta"),
+        ((x,), {"key_mask": torch.ones(2, 3)}, TypeError,
+         r"key_mask must be a torch.bool tensor \(True = real token\), got torch.float32"),
+        ((x,), {"key_mask": torch.ones(3, dtype=torch.bool)}, ValueError,
+         r"key_mask must have shape \(B, N\) = \(2, 3\), got \(3,\)"),
+        ((x,), {"key_mask": torch.ones(2, 3, dtype=torch.bool, device="meta")}, ValueError,
+         r"key_mask must be on x's device cpu, got meta"),
+    ]
+    for args, kwargs, error, match in cases:
+        with pytest.raises(error, match=match):
+            attention(*args, **kwargs)
+
+
+def test_block_checks_dtype_device_and_constructor_numbers():
+    block = TransformerBlock(MultiHeadAttention(4, 2), 4, 8)
+    with pytest.raises(TypeError, match=r"x must have a floating dtype, got torch.int64"):
+        block(torch.ones(1, 3, 4, dtype=torch.long))
+    with pytest.raises(TypeError, match=r"x must have the module's dtype torch.float32, got torch.float64"):
+        block(torch.randn(1, 3, 4, dtype=torch.float64))
+    with pytest.raises(ValueError, match=r"x must be on the module's device cpu, got meta"):
+        block(torch.randn(1, 3, 4, device="meta"))
+    with pytest.raises(ValueError, match=r"layer_norm_eps must be a finite float > 0, got 0.0"):
+        TransformerBlock(nn.Identity(), 4, 8, layer_norm_eps=0.0)
+    with pytest.raises(ValueError, match=r"dropout must be a float in \[0, 1\), got None"):
+        TransformerBlock(nn.Identity(), 4, 8, dropout=None)
+    with pytest.raises(ValueError, match=r"activation must be one of \['gelu', 'relu'\], got None"):
+        TransformerBlock(nn.Identity(), 4, 8, activation=None)
+    with pytest.raises(TypeError, match=r"attention must be an nn.Module or None, got str"):
+        TransformerBlock.from_torch(nn.TransformerEncoderLayer(4, 2, 8, batch_first=True), "attention")

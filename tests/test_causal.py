@@ -215,12 +215,14 @@ def test_errors():
     with pytest.raises(TypeError, match=r"x must have a floating dtype, got torch.int64"):
         m(torch.ones(1, 6, 8, dtype=torch.long))
     x = _x()
-    with pytest.raises(TypeError, match=r"key_mask must have dtype torch.bool, got torch.float32"):
+    with pytest.raises(TypeError, match=r"key_mask must be torch.bool \(True = real key\), got torch.float32"):
         m(x, key_mask=torch.ones(2, 6))
-    with pytest.raises(TypeError, match=r"key_mask must be torch.bool \(True = may attend\) or torch.float32 \(added to the scores\), got torch.int64"):
+    with pytest.raises(TypeError, match=r"key_mask must be torch.bool \(True = real key\), got torch.int64"):
         m(x, key_mask=torch.ones(2, 6, dtype=torch.long))
-    with pytest.raises(ValueError, match=r"key_mask must broadcast to \(2, 6\), got shape \(2, 5\)"):
+    with pytest.raises(ValueError, match=r"key_mask must have shape \(B, M\) = \(2, 6\), got \(2, 5\)"):
         m(x, key_mask=torch.ones(2, 5, dtype=torch.bool))
+    with pytest.raises(ValueError, match=r"key_mask must have shape \(B, M\) = \(2, 6\), got \(6,\)"):
+        m(x, key_mask=torch.ones(6, dtype=torch.bool))
     with pytest.raises(TypeError, match=r"key_mask must be a torch.Tensor or None, got list"):
         m(x, key_mask=[True])
 
@@ -246,3 +248,16 @@ def test_exercise_last_row_equals_full_self_attention():
     assert_close(out[:, -1], out_full[:, -1])
     assert_close(weights[:, -1], weights_full[:, -1])
     assert not torch.allclose(out[:, 0], out_full[:, 0])
+
+
+def test_errors_for_module_dtype_and_devices():
+    m = _model(8)
+    x = _x()
+    with pytest.raises(TypeError, match=r"x must have the module's dtype torch.float32, got torch.float64"):
+        m(x.double())
+    with pytest.raises(ValueError, match=r"x must be on the module's device cpu, got meta"):
+        m(x.to("meta"))
+    with pytest.raises(ValueError, match=r"key_mask must be on the device of the inputs cpu, got meta"):
+        m(x, key_mask=torch.ones(2, 6, dtype=torch.bool, device="meta"))
+    with pytest.raises(ValueError, match=r"dropout must be a float in \[0, 1\), got '0.1'"):
+        CausalSelfAttention(8, dropout="0.1")

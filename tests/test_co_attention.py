@@ -335,3 +335,22 @@ def test_exercise_parameter_counts():
     d, k = 6, 7
     assert sum(p.numel() for p in ParallelCoAttention(d, k).parameters()) == d * d + 2 * k * d + 2 * k
     assert sum(p.numel() for p in AlternatingCoAttention(d, k).parameters()) == 5 * k * d + 3 * k
+
+
+def test_errors_for_devices_guidance_and_alternating_masks():
+    torch.manual_seed(0)
+    q, v = torch.randn(B, T, D), torch.randn(B, N, D)
+    parallel, guided, alternating = ParallelCoAttention(D, K), GuidedAttention(D, K), AlternatingCoAttention(D, K)
+    with pytest.raises(ValueError, match=r"question must be on the module's device cpu, got meta"):
+        parallel(q.to("meta"), v)
+    with pytest.raises(ValueError, match=r"image must be on the module's device cpu, got meta"):
+        parallel.affinity(q, v.to("meta"))
+    with pytest.raises(ValueError, match=r"image_mask must be on the device of the features cpu, got meta"):
+        parallel(q, v, image_mask=torch.ones(B, N, dtype=torch.bool, device="meta"))
+    with pytest.raises(TypeError, match=r"g must have the dtype and device of x \(torch.float32 on cpu\), "
+                                        r"got torch.int64 on cpu"):
+        guided(v, torch.ones(B, D, dtype=torch.long))
+    with pytest.raises(TypeError, match=r"question_mask must be a torch.bool tensor \(True = real\), got list"):
+        alternating(q, v, question_mask=[True])
+    with pytest.raises(ValueError, match=r"image_mask must have shape \(B, length\) = \(3, 5\), got shape \(3, 4\)"):
+        alternating(q, v, image_mask=torch.ones(B, T, dtype=torch.bool))

@@ -169,7 +169,7 @@ def test_is_causal_with_fewer_queries_than_keys():
 
 def test_cached_decode_rejects_more_queries_than_keys():
     q = torch.randn(1, 1, 3, 4)
-    with pytest.raises(ValueError, match=r"no more queries than keys, got N=3 queries and M=2 keys"):
+    with pytest.raises(ValueError, match=r"no more queries than keys \(q no longer than k\), got N=3 queries and M=2 keys"):
         cm.cached_decode(q, q[..., :2, :], q[..., :2, :])
 
 
@@ -319,3 +319,123 @@ def test_exercise_three_queries_five_keys():
     seen_right = cm.cached_decode(q, k, eye)[..., 0, :] > 0
     assert seen_wrong.eq(torch.tensor([True, False, False, False, False])).all()
     assert seen_right.eq(torch.tensor([True, True, True, False, False])).all()
+
+
+# ------------------------------------------------------ input checks, both halves
+@pytest.mark.parametrize("fn", [cm.weights_wrong_axis, cm.weights_right_axis, cm.weights_unscaled, cm.weights_scaled])
+def test_score_functions_check_q_and_k(fn):
+    q, k = torch.randn(2, 3, 5, 4), torch.randn(2, 3, 6, 4)
+    cases = [
+        ((q, [1.0]), TypeError, r"k must be a torch.Tensor, got list"),
+        ((q.long(), k), TypeError, r"q must have a floating dtype, got torch.int64"),
+        ((q[0, 0, 0], k), ValueError, r"q must have at least 2 dimensions \(\.\.\., length, d\), got shape \(4,\)"),
+        ((q, k.double()), TypeError, r"q and k must share one dtype, got torch.float32 and torch.float64"),
+        ((q, k.to("meta")), ValueError, r"q and k must be on one device, got cpu and meta"),
+        ((q, k[..., :3]), ValueError, r"q and k must have the same last dimension d, got q \(2, 3, 5, 4\) and k \(2, 3, 6, 3\)"),
+        ((q, k[:, :2]), ValueError, r"q and k must have leading \(batch, head\) dimensions that broadcast, "
+                                    r"got q \(2, 3, 5, 4\) and k \(2, 2, 6, 4\)"),
+    ]
+    for args, error, match in cases:
+        with pytest.raises(error, match=match):
+            fn(*args)
+
+
+@pytest.mark.parametrize("fn", [cm.self_attention_wrong_value, cm.self_attention])
+def test_projection_functions_check_x_and_weights(fn):
+    x, w = torch.randn(2, 5, 4), torch.randn(4, 4)
+    cases = [
+        ((x.long(), w, w, w), TypeError, r"x must be a floating tensor \(B, N, D\), got torch.int64"),
+        ((x[0], w, w, w), ValueError, r"x must have shape \(B, N, D\), got \(5, 4\)"),
+        ((x, w, w.double(), w), TypeError, r"w_k must be a tensor of x's dtype torch.float32 on cpu, got torch.float64 on cpu"),
+        ((x, w, w, "w"), TypeError, r"w_v must be a tensor of x's dtype torch.float32 on cpu, got str"),
+        ((x, w[:3], w, w), ValueError, r"w_q must have shape \(D, D\) = \(4, 4\), got \(3, 4\)"),
+    ]
+    for args, error, match in cases:
+        with pytest.raises(error, match=match):
+            fn(*args)
+
+
+@pytest.mark.parametrize("fn", [cm.masked_attention_wrong, cm.masked_attention])
+def test_masked_attention_checks_qkv_and_allowed(fn):
+    q, k, v = torch.randn(2, 3, 4), torch.randn(2, 5, 4), torch.randn(2, 5, 4)
+    allowed = torch.ones(3, 5, dtype=torch.bool)
+    with pytest.raises(ValueError, match=r"q, k and v must have leading \(batch, head\) dimensions that broadcast"):
+        fn(q, k, v[:1].expand(3, -1, -1), allowed)
+    with pytest.raises(ValueError, match=r"allowed must broadcast to the scores \(2, 3, 5\), got shape \(3, 4\)"):
+        fn(q, k, v, allowed[:, :4])
+    with pytest.raises(ValueError, match=r"allowed must be on the device of the scores cpu, got meta"):
+        fn(q, k, v, allowed.to("meta"))
+
+
+@pytest.mark.parametrize("fn", [cm.masked_weights_wrong, cm.masked_weights, cm.masked_weights_finfo_min])
+def test_masked_weights_check_scores_and_allowed(fn):
+    scores, allowed = torch.randn(3, 4), torch.ones(3, 4, dtype=torch.bool)
+    with pytest.raises(TypeError, match=r"scores must be a floating tensor \(\.\.\., M\), got torch.int64"):
+        fn(scores.long(), allowed)
+    with pytest.raises(ValueError, match=r"scores must have at least 1 dimension \(\.\.\., M\), got shape \(\)"):
+        fn(scores[0, 0], allowed[0, 0])
+    with pytest.raises(TypeError, match=r"allowed must be a torch.bool tensor \(True = may attend\), got torch.float32"):
+        fn(scores, allowed.float())
+    with pytest.raises(ValueError, match=r"allowed must broadcast to the scores \(3, 4\), got shape \(2, 3, 4\)"):
+        fn(scores, allowed.expand(2, 3, 4))
+
+
+@pytest.mark.parametrize("fn", [cm.cached_decode_wrong, cm.cached_decode, cm.cached_decode_bias])
+def test_cached_decode_checks_qkv(fn):
+    q, k = torch.randn(1, 2, 1, 4), torch.randn(1, 2, 5, 4)
+    with pytest.raises(ValueError, match=r"q, k and v must have leading \(batch, head\) dimensions that broadcast, "
+                                         r"got q \(1, 2, 1, 4\), k \(1, 3, 5, 4\)"):
+        fn(q, torch.randn(1, 3, 5, 4), torch.randn(1, 3, 5, 4))
+    with pytest.raises(TypeError, match=r"v must have a floating dtype, got torch.int64"):
+        fn(q, k, k.long())
+    with pytest.raises(ValueError, match=r"no more queries than keys \(q no longer than k\), got N=5 queries and M=1 keys"):
+        fn(k, q, q)
+
+
+@pytest.mark.parametrize("fn", [cm.mha_masked_wrong, cm.mha_masked, cm.mha_self_attend_wrong, cm.mha_self_attend])
+def test_mha_helpers_check_the_module_and_x(fn):
+    mha = nn.MultiheadAttention(4, 1, batch_first=True)
+    extra = (torch.ones(3, 3, dtype=torch.bool),) if "masked" in fn.__name__ else ()
+    with pytest.raises(TypeError, match=r"mha must be an nn.MultiheadAttention, got Linear"):
+        fn(nn.Linear(4, 4), torch.zeros(1, 3, 4), *extra)
+    with pytest.raises(ValueError, match=r"x must have shape \(B, N, D\) with D = 4, got \(1, 3, 5\)"):
+        fn(mha, torch.zeros(1, 3, 5), *extra)
+    with pytest.raises(TypeError, match=r"x must have mha's dtype torch.float32 on cpu, got torch.float64 on cpu"):
+        fn(mha, torch.zeros(1, 3, 4, dtype=torch.float64), *extra)
+
+
+@pytest.mark.parametrize("fn", [cm.mha_masked_wrong, cm.mha_masked])
+def test_mha_masks_must_be_square_over_the_length_mha_reads(fn):
+    mha = nn.MultiheadAttention(4, 1, batch_first=True)
+    x = torch.zeros(2, 3, 4)
+    with pytest.raises(ValueError, match=r"allowed must broadcast to the scores \(3, 3\), got shape \(2, 2\)"):
+        fn(mha, x, torch.ones(2, 2, dtype=torch.bool))
+    with pytest.raises(ValueError, match=r"allowed must have shape \(N, N\) = \(3, 3\), got \(3,\)"):
+        fn(mha, x, torch.ones(3, dtype=torch.bool))
+    seq_first = nn.MultiheadAttention(4, 1)  # reads x (B, N, D) as (N=2, B=3, D)
+    with pytest.raises(ValueError, match=r"allowed must broadcast to the scores \(2, 2\), got shape \(3, 3\)"):
+        fn(seq_first, x, torch.ones(3, 3, dtype=torch.bool))
+
+
+@pytest.mark.parametrize("cls", [cm.DropoutAttentionWrong, cm.DropoutAttention])
+def test_dropout_modules_check_rate_and_inputs(cls):
+    with pytest.raises(ValueError, match=r"dropout must be a float in \[0, 1\), got '0.1'"):
+        cls("0.1")
+    q = torch.randn(1, 2, 3, 4)
+    with pytest.raises(ValueError, match=r"q, k and v must be on one device, got cpu, meta and cpu"):
+        cls(0.1)(q, q.to("meta"), q)
+
+
+def test_the_qkv_checks_of_this_file():
+    q = torch.randn(1, 2, 3, 4)
+    cases = [
+        (([1.0], q, q), TypeError, r"q must be a torch.Tensor, got list"),
+        ((q, q[0, 0, 0], q), ValueError, r"k must have at least 2 dimensions \(\.\.\., length, width\), got shape \(4,\)"),
+        ((q, q, q.double()), TypeError, r"q, k and v must share one dtype, got torch.float32, torch.float32 and torch.float64"),
+        ((q, q[..., :2], q), ValueError, r"q and k must have the same last dimension d, got q \(1, 2, 3, 4\) and k \(1, 2, 3, 2\)"),
+        ((q, q, q[..., :2, :]), ValueError, r"k and v must have the same length M \(dimension -2\), got k \(1, 2, 3, 4\) "
+                                            r"and v \(1, 2, 2, 4\)"),
+    ]
+    for args, error, match in cases:
+        with pytest.raises(error, match=match):
+            cm.cached_decode(*args)

@@ -184,12 +184,14 @@ def test_errors():
         m(x, [[0.0]])
     with pytest.raises(TypeError, match=r"x and context must share one dtype, got torch.float32 and torch.float64"):
         m(x, context.double())
-    with pytest.raises(TypeError, match=r"key_mask must have dtype torch.bool, got torch.float32"):
+    with pytest.raises(TypeError, match=r"key_mask must be torch.bool \(True = real key\), got torch.float32"):
         m(x, context, key_mask=torch.ones(2, 4))
-    with pytest.raises(TypeError, match=r"key_mask must be torch.bool \(True = may attend\) or torch.float32 \(added to the scores\), got torch.int32"):
+    with pytest.raises(TypeError, match=r"key_mask must be torch.bool \(True = real key\), got torch.int32"):
         m(x, context, key_mask=torch.ones(2, 4, dtype=torch.int32))
-    with pytest.raises(ValueError, match=r"key_mask must broadcast to \(2, 4\), got shape \(2, 3\)"):
+    with pytest.raises(ValueError, match=r"key_mask must have shape \(B, M\) = \(2, 4\), got \(2, 3\)"):
         m(x, context, key_mask=torch.ones(2, 3, dtype=torch.bool))
+    with pytest.raises(ValueError, match=r"key_mask must have shape \(B, M\) = \(2, 4\), got \(4,\)"):
+        m(x, context, key_mask=torch.ones(4, dtype=torch.bool))
 
 
 def test_exercise_context_equal_to_x_is_self_attention():
@@ -225,3 +227,20 @@ def test_matches_single_head_multihead_attention_with_kdim():
         out, weights = m(x, context, key_mask=key_mask)
     assert_close(out, want)
     assert_close(weights, want_w)
+
+
+def test_errors_for_module_dtype_and_devices():
+    m = _model(8, 5)
+    x, context = _t(2, 3, 8), _t(2, 4, 5, seed=1)
+    with pytest.raises(TypeError, match=r"x must have the module's dtype torch.float32, got torch.float64"):
+        m(x.double(), context.double())
+    with pytest.raises(ValueError, match=r"x must be on the module's device cpu, got meta"):
+        m(x.to("meta"), context.to("meta"))
+    with pytest.raises(ValueError, match=r"context must be on the module's device cpu, got meta"):
+        m(x, context.to("meta"))
+    with pytest.raises(ValueError, match=r"key_mask must be on the device of the inputs cpu, got meta"):
+        m(x, context, key_mask=torch.ones(2, 4, dtype=torch.bool, device="meta"))
+    with pytest.raises(TypeError, match=r"key_mask must be a torch.Tensor or None, got list"):
+        m(x, context, key_mask=[True])
+    with pytest.raises(ValueError, match=r"dropout must be a float in \[0, 1\), got None"):
+        CrossAttention(8, dropout=None)

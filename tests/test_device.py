@@ -83,3 +83,8 @@ def test_real_machine_choice_is_usable():
     device = dev.pick_device()
     x = torch.ones(2, device=device, dtype=dev.default_dtype(device))
     assert x.sum().item() == 2
+
+
+def test_default_dtype_rejects_an_unknown_device_string():
+    with pytest.raises(ValueError, match=r"device must name a device such as 'cpu' or 'cuda:0', got 'nonsense'"):
+        dev.default_dtype("nonsense")

@@ -325,3 +325,64 @@ def test_from_torch_errors():
 # ----------------------------------------------------------------------------
 
 
+
+
+def test_stacks_check_their_parts():
+    with pytest.raises(TypeError, match=r"layers must be a non-empty sequence of nn.Module, got int"):
+        Encoder(3)
+    with pytest.raises(TypeError, match=r"norm must be an nn.Module or None, got str"):
+        Decoder([DecoderBlock(_attn(), _attn(), D, D_FF)], norm="layer norm")
+    with pytest.raises(ValueError, match=r"layer_norm_eps must be a finite float > 0, got -1e-05"):
+        DecoderBlock(_attn(), _attn(), D, D_FF, layer_norm_eps=-1e-5)
+    with pytest.raises(ValueError, match=r"dropout must be a float in \[0, 1\), got '0.1'"):
+        DecoderBlock(_attn(), _attn(), D, D_FF, dropout="0.1")
+    transformer = nn.Transformer(D, H, 1, 1, D_FF, batch_first=True)
+    with pytest.raises(TypeError, match=r"attention must be callable, got int"):
+        EncoderDecoder.from_torch(transformer, attention=3, encoder_layer=TransformerBlock.from_torch)
+    with pytest.raises(TypeError, match=r"encoder_layer must be callable, got NoneType"):
+        EncoderDecoder.from_torch(transformer, attention=MultiHeadAttention.from_torch, encoder_layer=None)
+
+
+def test_each_module_names_its_own_inputs_and_masks():
+    """A mask is named as the caller passed it (memory_mask, src_key_mask), not as the
+    attention module deep inside receives it (attn_mask, key_mask)."""
+    torch.manual_seed(0)
+    block = DecoderBlock(_attn(), _attn(), D, D_FF).eval()
+    encoder = Encoder([TransformerBlock(_attn(), D, D_FF)]).eval()
+    model = EncoderDecoder(encoder, Decoder([block])).eval()
+    src, tgt = torch.randn(B, M, D), torch.randn(B, N, D)
+    cases = [
+        (block, (tgt.double(), src), {}, TypeError, r"tgt must have the module's dtype torch.float32, got torch.float64"),
+        (block, (tgt, src.to("meta")), {}, ValueError, r"memory must be on the module's device cpu, got meta"),
+        (block, (tgt.long(), src), {}, TypeError, r"tgt must have a floating dtype, got torch.int64"),
+        (block, (tgt, src[:2]), {}, ValueError, r"tgt and memory must share the batch size B, got tgt \(3, 5, 16\) "
+                                               r"and memory \(2, 7, 16\)"),
+        (block, (tgt, src), {"memory_mask": torch.ones(N, M + 1, dtype=torch.bool)}, ValueError,
+         r"memory_mask must broadcast to \(B, H, N, M\) with B = 3, H = 4, N = 5, M = 7, got shape \(5, 8\)"),
+        (block, (tgt, src), {"memory_mask": torch.ones(7, N, M, dtype=torch.bool)}, ValueError,
+         r"memory_mask must broadcast to \(B, H, N, M\) .* got shape \(7, 5, 7\)"),
+        (block, (tgt, src), {"attn_mask": [[True]]}, TypeError, r"attn_mask must be a torch.Tensor or None, got list"),
+        (block, (tgt, src), {"memory_mask": torch.ones(N, M, dtype=torch.long)}, TypeError,
+         r"memory_mask must be torch.bool \(True = may attend\) or torch.float32 \(added to the scores\), got torch.int64"),
+        (block, (tgt, src), {"memory_mask": torch.ones(N, M, dtype=torch.bool, device="meta")}, ValueError,
+         r"memory_mask must be on the device of the inputs cpu, got meta"),
+        (block, (tgt, src), {"memory_key_mask": torch.ones(B, M)}, TypeError,
+         r"memory_key_mask must be a torch.bool tensor \(True = real token\), got torch.float32"),
+        (block, (tgt, src), {"memory_key_mask": torch.ones(B, N, dtype=torch.bool)}, ValueError,
+         r"memory_key_mask must have shape \(B, length\) = \(3, 7\), got \(3, 5\)"),
+        (block, (tgt, src), {"key_mask": torch.ones(B, N, dtype=torch.bool, device="meta")}, ValueError,
+         r"key_mask must be on the device of the inputs cpu, got meta"),
+        (encoder, (src[..., :8],), {}, ValueError, r"src must have shape \(B, M, D\) with D = 16, got \(3, 7, 8\)"),
+        (encoder, (src,), {"attn_mask": torch.ones(M, N, dtype=torch.bool)}, ValueError,
+         r"attn_mask must broadcast to \(B, H, N, M\) with B = 3, H = 4, N = 7, M = 7, got shape \(7, 5\)"),
+        (model, ([1.0], tgt), {}, TypeError, r"src must be a torch.Tensor, got list"),
+        (model, (src, tgt.double()), {}, TypeError, r"src and tgt must share one dtype and device, got torch.float32 "
+                                                   r"on cpu and torch.float64 on cpu"),
+        (model, (src, tgt), {"src_key_mask": torch.ones(B, N, dtype=torch.bool)}, ValueError,
+         r"src_key_mask must have shape \(B, length\) = \(3, 7\), got \(3, 5\)"),
+        (model, (src, tgt), {"tgt_mask": torch.ones(M, M, dtype=torch.bool)}, ValueError,
+         r"tgt_mask must broadcast to \(B, H, N, M\) with B = 3, H = 4, N = 5, M = 5, got shape \(7, 7\)"),
+    ]
+    for module, args, kwargs, error, match in cases:
+        with pytest.raises(error, match=match):
+            module(*args, **kwargs)

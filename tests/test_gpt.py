@@ -254,3 +254,35 @@ def test_forward_and_generate_errors():
         generate(m, ids(), 2, temperature=-0.5)
 
 
+
+
+def test_config_loss_generation_and_training_errors():
+    from snippets.history.gpt import train_tiny_gpt
+
+    m = model()
+    x = ids()
+    cases = [
+        (lambda: GPTConfig(dropout=-0.1), ValueError, r"dropout must be a float in \[0, 1\), got -0.1"),
+        (lambda: GPTConfig(layer_norm_eps=0.0), ValueError, r"layer_norm_eps must be a finite float > 0, got 0.0"),
+        (lambda: m(x + 13), ValueError, r"input_ids must lie in \[0, vocab_size=13\), got ids from 13 to 25"),
+        (lambda: m(x.to("meta")), ValueError, r"input_ids must be on the model's device cpu, got meta"),
+        (lambda: next_token_loss([0.0], x), TypeError, r"logits must be a floating tensor \(B, N, V\), got list"),
+        (lambda: next_token_loss(torch.zeros(3, 7, 13), x.float()), TypeError,
+         r"input_ids must be an int64 or int32 tensor of token ids, got torch.float32"),
+        (lambda: next_token_loss(torch.zeros(3, 7, 5), x), ValueError, r"input_ids must lie in \[0, vocab_size=5\)"),
+        (lambda: generate("model", x, 2), TypeError, r"model must be a GPT, got str"),
+        (lambda: generate(m, x.float(), 2), TypeError, r"prompt must be an int64 or int32 tensor of token ids, got torch.float32"),
+        (lambda: generate(m, x, 2, temperature="0.5"), ValueError, r"temperature must be a float >= 0, got '0.5'"),
+        (lambda: generate(m, x, 2, generator=0), TypeError, r"generator must be a torch.Generator or None, got int"),
+        (lambda: reversal_task(0, 3, 5), ValueError, r"n_sequences must be an int >= 1, got 0"),
+        (lambda: train_tiny_gpt(None), TypeError, r"make_block must be callable, got NoneType"),
+        (lambda: train_tiny_gpt(make_block, config=3), TypeError, r"config must be a GPTConfig or None, got int"),
+        (lambda: train_tiny_gpt(make_block, steps=-1), ValueError, r"steps must be an int >= 0, got -1"),
+        (lambda: train_tiny_gpt(make_block, lr=float("inf")), ValueError, r"lr must be a finite float > 0, got inf"),
+        (lambda: train_tiny_gpt(make_block, config=config(), length=6), ValueError,
+         r"config must hold n_digits \+ 1 tokens and 2 \* length \+ 1 positions, got vocab_size=13, max_len=10 "
+         r"for n_digits=10, length=6"),
+    ]
+    for make, error, match in cases:
+        with pytest.raises(error, match=match):
+            make()

@@ -314,3 +314,20 @@ def test_exercise_kv_parameters(n_kv_heads, expected):
         m = GroupedQueryAttention(4096, 32, n_kv_heads)
     count = sum(p.numel() for p in (*m.k_proj.parameters(), *m.v_proj.parameters()))
     assert count == expected
+
+
+def test_errors_for_module_dtype_devices_dropout_and_repeat_kv():
+    m = GroupedQueryAttention(16, 4, 2)
+    x = torch.randn(2, 3, 16)
+    with pytest.raises(TypeError, match=r"query must have the module's dtype torch.float32, got torch.float64"):
+        m(x.double())
+    with pytest.raises(ValueError, match=r"value must be on the module's device cpu, got meta"):
+        m(x, x, x.to("meta"))
+    with pytest.raises(ValueError, match=r"attn_mask must be on the device of the inputs cpu, got meta"):
+        m(x, attn_mask=torch.zeros(3, 3, device="meta"))
+    with pytest.raises(ValueError, match=r"dropout must be a float in \[0, 1\), got None"):
+        GroupedQueryAttention(16, 4, 2, dropout=None)
+    with pytest.raises(ValueError, match=r"x must be a 4-D tensor \(B, H_kv, M, d\), got \(2, 3, 4\)"):
+        repeat_kv(torch.randn(2, 3, 4), 2)
+    with pytest.raises(ValueError, match=r"x must be a 4-D tensor \(B, H_kv, M, d\), got list"):
+        repeat_kv([1.0], 2)

@@ -265,7 +265,7 @@ def test_errors():
     with pytest.raises(ValueError, match=r"x must have shape \(B, N, D\) with D = 16, got \(2, 16\)"):
         CachedSelfAttention(16, 4)(torch.zeros(2, 16))
     model = TinyDecoder(10, 8, 2, 1, max_len=4)
-    with pytest.raises(ValueError, match=r"tokens must be a \(B, N\) tensor of integer ids, got \(1, 2\) torch.float32"):
+    with pytest.raises(TypeError, match=r"tokens must be an int64 or int32 tensor of token ids, got torch.float32"):
         model(torch.zeros(1, 2))
     with pytest.raises(ValueError, match=r"positions run to 5, beyond max_len=4"):
         model(torch.zeros(1, 5, dtype=torch.long))
@@ -277,3 +277,46 @@ def test_exercise_cache_equals_weights():
     per_token = kv_cache_bytes(1, 1, 32, 32, 128, torch.float16)
     assert per_token == 2**19  # 0.5 MiB
     assert kv_cache_bytes(1, 25600, 32, 32, 128, torch.float16) * 2 == 25 * GiB  # 12.5 GiB
+
+
+def test_errors_for_layers_devices_dtypes_and_ids():
+    cache = KVCache(2, 1, 2, 4, 3)
+    k = torch.zeros(1, 2, 1, 4)
+    cases = [
+        (lambda: KVCache(1, 1, 1, 1, 4, dtype=torch.int64), TypeError, r"dtype must be a floating torch.dtype, got torch.int64"),
+        (lambda: cache.update(2, k, k), ValueError, r"layer must be an int in \[0, 2\), got 2"),
+        (lambda: cache.update(-1, k, k), ValueError, r"layer must be an int in \[0, 2\), got -1"),
+        (lambda: cache.update(0, [0.0], k), TypeError, r"k must be a torch.Tensor, got list"),
+        (lambda: cache.update(0, k, k.double()), TypeError, r"v must have the cache's dtype torch.float32 on cpu, got torch.float64 on cpu"),
+        (lambda: cache.update(0, k.to("meta"), k), TypeError, r"k must have the cache's dtype torch.float32 on cpu, got torch.float32 on meta"),
+        (lambda: cache.update(0, k, k[..., :2]), ValueError, r"k and v must have shape \(B, H_kv, N, d\) = \(1, 2, N, 4\), got k \(1, 2, 1, 4\) and v \(1, 2, 1, 2\)"),
+        (lambda: TinyDecoder(0, 8, 2, 1), ValueError, r"vocab_size must be an int >= 1, got 0"),
+        (lambda: TinyDecoder(10, 8, 2, 1, max_len=2.5), ValueError, r"max_len must be an int >= 1, got 2.5"),
+    ]
+    for make, error, match in cases:
+        with pytest.raises(error, match=match):
+            make()
+
+
+def test_model_and_attention_errors():
+    attention = CachedSelfAttention(8, 2)
+    x = torch.randn(1, 3, 8)
+    model = TinyDecoder(10, 8, 2, 1, max_len=4)
+    cases = [
+        (lambda: attention(x.double()), TypeError, r"x must have the module's dtype torch.float32, got torch.float64"),
+        (lambda: attention(x.to("meta")), ValueError, r"x must be on the module's device cpu, got meta"),
+        (lambda: attention(x, "cache"), TypeError, r"cache must be a KVCache or None, got str"),
+        (lambda: attention(x, KVCache(1, 1, 2, 4, 8), 1), ValueError, r"layer must be an int in \[0, 1\), got 1"),
+        (lambda: attention(x, KVCache(1, 2, 2, 4, 8)), ValueError,
+         r"cache must hold x's batch size B=1 in the module's dtype torch.float32 on cpu, got B=2, torch.float32 on cpu"),
+        (lambda: model(torch.tensor([[1, 10]])), ValueError, r"tokens must lie in \[0, vocab_size=10\), got ids from 1 to 10"),
+        (lambda: model(torch.ones(1, 2, dtype=torch.bool)), TypeError, r"tokens must be an int64 or int32 tensor of token ids, got torch.bool"),
+        (lambda: model(torch.ones(1, 2, dtype=torch.long, device="meta")), ValueError, r"tokens must be on the model's device cpu, got meta"),
+        (lambda: model(torch.ones(1, 2, dtype=torch.long), [1]), TypeError, r"cache must be a KVCache or None, got list"),
+        (lambda: model(torch.ones(2, dtype=torch.long)), ValueError, r"tokens must have shape \(B, N\), got \(2,\)"),
+        (lambda: generate("model", torch.ones(1, 2, dtype=torch.long), 2), TypeError, r"model must be a TinyDecoder, got str"),
+        (lambda: generate(model, torch.tensor([[-1, 2]]), 2), ValueError, r"prompt must lie in \[0, vocab_size=10\), got ids from -1 to 2"),
+    ]
+    for make, error, match in cases:
+        with pytest.raises(error, match=match):
+            make()

@@ -181,3 +181,41 @@ def test_exercise_eps_guards_queries_whose_features_round_to_zero():
     assert (feature_map(q[..., 1, :]) == 0).all()
     assert torch.isfinite(linear_attention(q, k, v)).all()
     assert torch.isnan(linear_attention(q, k, v, eps=0.0)[..., 1, :]).all()
+
+
+def test_errors_for_leading_dims_devices_and_the_feature_map():
+    q, k, v = _qkv()
+    with pytest.raises(ValueError, match=r"q, k and v must have leading \(batch, head\) dimensions that broadcast"):
+        linear_attention(q, k[:1, :1].expand(3, 1, -1, -1), v)
+    with pytest.raises(ValueError, match=r"q, k and v must be on one device, got cpu, meta and cpu"):
+        linear_attention(q, k.to("meta"), v)
+    with pytest.raises(TypeError, match=r"x must be a torch.Tensor, got list"):
+        feature_map([1.0])
+    with pytest.raises(TypeError, match=r"x must have a floating dtype, got torch.int64"):
+        feature_map(torch.arange(3))
+
+
+def test_step_errors():
+    q, k, v = (t[..., 0, :] for t in _qkv())
+    _, state = linear_attention_step(q, k, v)
+    with pytest.raises(TypeError, match=r"v must be a torch.Tensor, got list"):
+        linear_attention_step(q, k, [1.0])
+    with pytest.raises(TypeError, match=r"k must have a floating dtype, got torch.int64"):
+        linear_attention_step(q, k.long(), v)
+    with pytest.raises(ValueError, match=r"q must have at least 1 dimension \(\.\.\., width\), got shape \(\)"):
+        linear_attention_step(q[0, 0, 0], k, v)
+    with pytest.raises(TypeError, match=r"q, k and v must share one dtype, got torch.float32, torch.float64"):
+        linear_attention_step(q, k.double(), v)
+    with pytest.raises(ValueError, match=r"q, k and v must be on one device, got cpu, cpu and meta"):
+        linear_attention_step(q, k, v.to("meta"))
+    with pytest.raises(ValueError, match=r"q and k must have one shape \(B, H, d\) and v the same \(B, H\) "
+                                         r"with any width, got q \(2, 3, 4\), k \(2, 2, 4\)"):
+        linear_attention_step(q, k[:, :2], v)
+    with pytest.raises(ValueError, match=r"eps must be a float >= 0, got 'x'"):
+        linear_attention_step(q, k, v, eps="x")
+    with pytest.raises(TypeError, match=r"state must be None or a pair of tensors \(S, z\), got int"):
+        linear_attention_step(q, k, v, 3)
+    with pytest.raises(TypeError, match=r"state must be None or a pair of tensors \(S, z\), got \['int', 'int'\]"):
+        linear_attention_step(q, k, v, (1, 2))
+    with pytest.raises(TypeError, match=r"state tensor z must have dtype torch.float32 on cpu .* got torch.float64 on cpu"):
+        linear_attention_step(q, k, v, (state[0], state[1].double()))

@@ -266,3 +266,18 @@ def test_dot_score_variance_is_d_sigma_to_the_fourth():
         scores = att.scores(q, k)
         assert scores.var().item() == pytest.approx(64 * sigma**4, rel=0.1)
         assert (scores / (sigma**2 * 8)).var().item() == pytest.approx(1.0, rel=0.1)
+
+
+@pytest.mark.parametrize("score", SCORES)
+def test_errors_for_dtypes_and_devices(score):
+    torch.manual_seed(0)
+    m = LuongAttention(4, score, window=1)
+    query, keys = torch.randn(2, 1, 4), torch.randn(2, 3, 4)
+    with pytest.raises(TypeError, match=r"query must have the module's dtype torch.float32, got torch.int64"):
+        m(query.long(), keys)
+    with pytest.raises(TypeError, match=r"keys must have the module's dtype torch.float32, got torch.float64"):
+        m(query, keys.double())
+    with pytest.raises(ValueError, match=r"keys must be on the module's device cpu, got meta"):
+        m(query, keys.to("meta"))
+    with pytest.raises(ValueError, match=r"key_mask must be on the device of the inputs cpu, got meta"):
+        m(query, keys, key_mask=torch.ones(2, 3, dtype=torch.bool, device="meta"))

@@ -169,7 +169,7 @@ def test_key_mask_errors():
         combine_masks([[True]])
     with pytest.raises(ValueError, match=r"attn_mask must have shape \(N, M\), \(B, N, M\) or \(B, H, N, M\), got shape \(3,\)"):
         combine_masks(torch.ones(3, dtype=torch.bool))
-    with pytest.raises(ValueError, match=r"attn_mask has M = 3 keys but key_mask has M = 4"):
+    with pytest.raises(ValueError, match=r"attn_mask must broadcast with key_mask seen as \(B, 1, 1, M\) = \(2, 1, 1, 4\) \(same B, same M\), got attn_mask"):
         combine_masks(causal_mask(3, 3), torch.ones(2, 4, dtype=torch.bool))
 
 
@@ -309,3 +309,14 @@ def test_exercise_two_queries_four_keys():
         F.scaled_dot_product_attention(q, k, v, is_causal=True),
         F.scaled_dot_product_attention(q, k, v, attn_mask=upper_left),
     )
+
+
+def test_combine_masks_names_batch_and_device_mismatches():
+    keys = torch.ones(2, 4, dtype=torch.bool)
+    with pytest.raises(ValueError, match=r"attn_mask must broadcast with key_mask seen as \(B, 1, 1, M\) = "
+                                         r"\(2, 1, 1, 4\) \(same B, same M\), got attn_mask \(3, 1, 3, 4\)"):
+        combine_masks(torch.ones(3, 1, 3, 4, dtype=torch.bool), keys)
+    with pytest.raises(ValueError, match=r"attn_mask and key_mask must be on one device, got meta and cpu"):
+        combine_masks(torch.ones(3, 4, dtype=torch.bool, device="meta"), keys)
+    with pytest.raises(TypeError, match=r"dtype must be a floating dtype, got 'float32'"):
+        bool_to_additive(keys, "float32")

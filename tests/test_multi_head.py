@@ -472,3 +472,20 @@ def test_exercise_one_head():
     weights = torch.softmax(q @ k.transpose(-2, -1) / D**0.5, dim=-1)
     expected = (weights @ v) @ mha.out_proj.weight.T + mha.out_proj.bias
     assert_close(mha(x)[0], expected)
+
+
+def test_errors_for_module_dtype_devices_and_dropout():
+    mha = MultiHeadAttention(D, H)
+    x, mem = torch.randn(B, N, D), torch.randn(B, M, D)
+    with pytest.raises(TypeError, match=r"query must have the module's dtype torch.float32, got torch.float64"):
+        mha(x.double())
+    with pytest.raises(TypeError, match=r"value must have the module's dtype torch.float32, got torch.float64"):
+        mha(x, mem, mem.double())
+    with pytest.raises(ValueError, match=r"key must be on the module's device cpu, got meta"):
+        mha(x, mem.to("meta"), mem)
+    with pytest.raises(ValueError, match=r"attn_mask must be on the device of the inputs cpu, got meta"):
+        mha(x, attn_mask=torch.ones(N, N, dtype=torch.bool, device="meta"))
+    with pytest.raises(ValueError, match=r"key_mask must be on the device of the inputs cpu, got meta"):
+        mha(x, key_mask=torch.ones(B, N, dtype=torch.bool, device="meta"))
+    with pytest.raises(ValueError, match=r"dropout must be a float in \[0, 1\), got '0.1'"):
+        MultiHeadAttention(D, H, dropout="0.1")

@@ -149,3 +149,24 @@ def test_causal_attention_is_not_order_blind():
     shuffled = F.scaled_dot_product_attention(x[:, perm], x[:, perm], x[:, perm], is_causal=True)
     assert not torch.allclose(shuffled, out[:, perm], atol=1e-3)
     assert_close(shuffled[:, 0], x[:, 4])  # the first token can only attend to itself
+
+
+def test_errors_for_base_dtype_dropout_and_inputs():
+    with pytest.raises(ValueError, match=r"base must be a number > 1, got '1e4'"):
+        sinusoidal_positional_encoding(3, 4, base="1e4")
+    with pytest.raises(ValueError, match=r"base must be a number > 1, got 0.5"):
+        offset_rotation(1, 4, base=0.5)
+    with pytest.raises(TypeError, match=r"dtype must be a floating torch.dtype, got torch.int64"):
+        sinusoidal_positional_encoding(3, 4, dtype=torch.int64)
+    with pytest.raises(TypeError, match=r"dtype must be a floating torch.dtype, got 'float32'"):
+        offset_rotation(1, 4, dtype="float32")
+    with pytest.raises(ValueError, match=r"dropout must be a float in \[0, 1\), got '0.1'"):
+        SinusoidalPositionalEncoding(4, dropout="0.1")
+    with pytest.raises(ValueError, match=r"base must be a number > 1, got None"):
+        SinusoidalPositionalEncoding(4, base=None)
+    with pytest.raises(ValueError, match=r"dropout must be a float in \[0, 1\), got None"):
+        LearnedPositionalEncoding(4, 4, dropout=None)
+    with pytest.raises(TypeError, match=r"x must have a floating dtype, got torch.int64"):
+        SinusoidalPositionalEncoding(4)(torch.ones(1, 2, 4, dtype=torch.long))
+    with pytest.raises(ValueError, match=r"x must be on the module's device cpu, got meta"):
+        LearnedPositionalEncoding(4, 4)(torch.ones(1, 2, 4, device="meta"))

@@ -200,7 +200,7 @@ def test_apply_validation():
         apply_rotary(x, cos, sin, positions=torch.arange(3))
     with pytest.raises(ValueError, match=r"positions must be >= 0, got a minimum of -1"):
         apply_rotary(x, cos, sin, positions=torch.tensor([-1, 0, 1, 2]))
-    with pytest.raises(ValueError, match=r"positions go up to 5 but the cache holds only 4 positions"):
+    with pytest.raises(ValueError, match=r"positions must be < 4, the length of the cos/sin cache \(build it with n_positions > 5\), got a maximum of 5"):
         apply_rotary(x, cos, sin, positions=torch.arange(2, 6))
 
 
@@ -246,3 +246,43 @@ def test_exercise_converting_a_projection_between_pairings():
         k = apply_rotary(x @ wk.T, cos, sin, interleaved=interleaved)
         return q @ k.transpose(-2, -1)
     assert_close(scores(w_q[perm], w_k[perm], False), scores(w_q, w_k, True))
+
+
+def test_apply_errors_for_devices_dtypes_and_positions():
+    x = _x(n=4)
+    cos, sin = rotary_cache(6, 8, dtype=torch.float64)
+    with pytest.raises(TypeError, match=r"cos must have a floating dtype, got torch.int64"):
+        apply_rotary(x, cos.long(), sin)
+    with pytest.raises(ValueError, match=r"sin must be on x's device cpu, got meta"):
+        apply_rotary(x, cos, sin.to("meta"))
+    with pytest.raises(TypeError, match=r"positions must be a torch.Tensor or None, got list"):
+        apply_rotary(x, cos, sin, positions=[0, 1, 2, 3])
+    with pytest.raises(ValueError, match=r"positions must be on x's device cpu, got meta"):
+        apply_rotary(x, cos, sin, positions=torch.arange(4, device="meta"))
+    with pytest.raises(ValueError, match=r"positions of shape \(B, N\) need x of shape \(B, H, N, d\) with "
+                                         r"the same B, got positions \(3, 4\) and x \(2, 3, 4, 8\)"):
+        apply_rotary(x, cos, sin, positions=torch.arange(4).expand(3, 4))
+    with pytest.raises(ValueError, match=r"positions of shape \(B, N\) need x of shape \(B, H, N, d\) "
+                                         r"with the same B, got positions \(2, 4\) and x \(2, 4, 8\)"):
+        apply_rotary(x[:, 0], cos, sin, positions=torch.arange(4).expand(2, 4))
+    with pytest.raises(TypeError, match=r"dtype must be a floating torch.dtype, got torch.int64"):
+        rotary_cache(4, 8, dtype=torch.int64)
+    with pytest.raises(ValueError, match=r"base must be a number > 1, got '1e4'"):
+        rotary_cache(4, 8, base="1e4")
+
+
+def test_module_errors_for_one_dimensional_and_mismatched_inputs():
+    rope = RotaryEmbedding(8)
+    x = _x(n=4)
+    with pytest.raises(ValueError, match=r"q must have shape \(\.\.\., length, d_head\) with d_head=8, got shape \(8,\)"):
+        rope(torch.randn(8), torch.randn(8))
+    with pytest.raises(ValueError, match=r"k must have shape \(\.\.\., length, d_head\) with d_head=8, got shape \(2, 3, 4, 6\)"):
+        rope(x, x[..., :6])
+    with pytest.raises(TypeError, match=r"k must be a torch.Tensor, got list"):
+        rope(x, [1.0])
+    with pytest.raises(TypeError, match=r"q must have a floating dtype, got torch.int64"):
+        rope(x.long(), x)
+    with pytest.raises(TypeError, match=r"q and k must share one dtype, got torch.float64 and torch.float32"):
+        rope(x, x.float())
+    with pytest.raises(ValueError, match=r"q and k must be on one device, got cpu and meta"):
+        rope(x, x.to("meta"))

@@ -276,7 +276,7 @@ def test_errors_name_the_argument():
         scaled_dot_product_attention(q, k, v, torch.ones(5, 7, dtype=torch.long))
     with pytest.raises(TypeError, match=r"attn_mask must be a torch.Tensor or None, got list"):
         scaled_dot_product_attention(q, k, v, [[True]])
-    with pytest.raises(ValueError, match=r"attn_mask must broadcast to \(\.\.\., N, M\) = \(\.\.\., 5, 7\), got shape \(5, 6\)"):
+    with pytest.raises(ValueError, match=r"attn_mask must broadcast to the scores \(\.\.\., N, M\) = \(5, 7\), got shape \(5, 6\)"):
         scaled_dot_product_attention(q, k, v, torch.ones(5, 6, dtype=torch.bool))
     with pytest.raises(ValueError, match=r"dropout_p must be a float in \[0, 1\), got 1.0"):
         scaled_dot_product_attention(q, k, v, dropout_p=1.0)
@@ -284,3 +284,23 @@ def test_errors_name_the_argument():
         scaled_dot_product_attention(q, k, v, scale=-1.0)
     with pytest.raises(ValueError, match=r"n_keys must be a non-negative int, got -2"):
         causal_mask(3, -2)
+
+
+def test_errors_for_leading_dims_devices_and_masks():
+    """Heads that disagree, tensors on another device, masks that do not fit the scores."""
+    q, k, v = torch.randn(2, 3, 5, 4), torch.randn(2, 2, 7, 4), torch.randn(2, 2, 7, 6)
+    with pytest.raises(ValueError, match=r"q, k and v must have leading \(batch, head\) dimensions that "
+                                         r"broadcast, got q \(2, 3, 5, 4\), k \(2, 2, 7, 4\) and v \(2, 2, 7, 6\)"):
+        scaled_dot_product_attention(q, k, v)
+    q = q[:, :2]
+    with pytest.raises(ValueError, match=r"q, k and v must be on one device, got cpu, meta and cpu"):
+        scaled_dot_product_attention(q, k.to("meta"), v)
+    with pytest.raises(ValueError, match=r"attn_mask must broadcast to the scores \(\.\.\., N, M\) = "
+                                         r"\(2, 2, 5, 7\), got shape \(3, 5, 7\)"):
+        scaled_dot_product_attention(q, k, v, torch.ones(3, 5, 7, dtype=torch.bool))
+    with pytest.raises(ValueError, match=r"attn_mask must be on q's device cpu, got meta"):
+        scaled_dot_product_attention(q, k, v, torch.ones(5, 7, dtype=torch.bool, device="meta"))
+    with pytest.raises(ValueError, match=r"dropout_p must be a float in \[0, 1\), got '0.1'"):
+        scaled_dot_product_attention(q, k, v, dropout_p="0.1")
+    with pytest.raises(ValueError, match=r"scale must be a positive finite float or None, got '1'"):
+        scaled_dot_product_attention(q, k, v, scale="1")

@@ -180,3 +180,15 @@ def test_exercise_identity_projections_give_scaled_naive_attention():
     x = _x(d=5)
     scores = x @ x.transpose(-2, -1) / math.sqrt(5)
     assert_close(m(x)[0], torch.softmax(scores, dim=-1) @ x)
+
+
+def test_errors_for_module_dtype_and_devices():
+    torch.manual_seed(0)
+    m = SelfAttention(8)
+    x = _x()
+    with pytest.raises(TypeError, match=r"x must have the module's dtype torch.float32, got torch.float64"):
+        m(x.double())
+    with pytest.raises(ValueError, match=r"x must be on the module's device cpu, got meta"):
+        m(x.to("meta"))
+    with pytest.raises(ValueError, match=r"attn_mask must be on the device of the inputs cpu, got meta"):
+        m(x, attn_mask=torch.ones(5, 5, dtype=torch.bool, device="meta"))

@@ -237,3 +237,12 @@ def test_exercise_rolling_cache_of_w_keys_is_enough():
     full = sliding_window_attention(q, k, v, w)
     last = F.scaled_dot_product_attention(q[..., -1:, :], k[..., -w:, :], v[..., -w:, :])
     assert_close(full[..., -1:, :], last)
+
+
+def test_errors_for_leading_dims_and_devices():
+    q, k, v = _qkv(n=6)
+    with pytest.raises(ValueError, match=r"q, k and v must have leading \(batch, head\) dimensions that "
+                                         r"broadcast, got q \(2, 3, 6, 8\), k \(2, 2, 6, 8\)"):
+        sliding_window_attention(q, k[:, :2], v[:, :2], 2)
+    with pytest.raises(ValueError, match=r"q, k and v must be on one device, got meta, cpu and cpu"):
+        sliding_window_attention(q.to("meta"), k, v, 2)

@@ -252,3 +252,20 @@ def test_exercise_tile_memory():
     assert 1 * 8 * 4096 * 4096 * 4 == 512 * 2**20
 
 
+
+
+def test_errors_for_leading_dims_devices_scale_and_scores():
+    q, k, v = torch.randn(2, 3, 5, 4), torch.randn(2, 2, 7, 4), torch.randn(2, 2, 7, 4)
+    with pytest.raises(ValueError, match=r"q, k and v must have leading \(batch, head\) dimensions that "
+                                         r"broadcast, got q \(2, 3, 5, 4\)"):
+        tiled_attention(q, k, v)
+    with pytest.raises(ValueError, match=r"q, k and v must be on one device, got cpu, cpu and meta"):
+        tiled_attention(q[:, :2], k, v.to("meta"))
+    with pytest.raises(ValueError, match=r"scale must be a positive finite float or None, got '1'"):
+        tiled_attention(q[:, :2], k, v, scale="1")
+    with pytest.raises(TypeError, match=r"x must be a torch.Tensor, got list"):
+        online_softmax([1.0, 2.0])
+    with pytest.raises(TypeError, match=r"x must have a floating dtype, got torch.int64"):
+        online_softmax(torch.arange(4))
+    with pytest.raises(ValueError, match=r"x must have at least 1 dimension \(\.\.\., M\), got shape \(\)"):
+        online_softmax(torch.tensor(1.0))

@@ -29,6 +29,69 @@ from torch import nn
 __all__ = ["TransformerBlock", "TorchAttention"]
 
 
+# --8<-- [start:validate]
+def _check_like_module(name: str, t: torch.Tensor, weight: torch.Tensor) -> None:
+    """Raise unless t has the device (and, outside autocast, the dtype) of the module's weight."""
+    if t.device != weight.device:
+        raise ValueError(f"{name} must be on the module's device {weight.device}, got {t.device}")
+    autocast = torch.amp.is_autocast_available(t.device.type) and torch.is_autocast_enabled(t.device.type)
+    if t.dtype != weight.dtype and not autocast:
+        raise TypeError(f"{name} must have the module's dtype {weight.dtype}, got {t.dtype}")
+
+
+def _check_dropout(name: str, p: float) -> None:
+    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p < 1.0:
+        raise ValueError(f"{name} must be a float in [0, 1), got {p!r}")
+
+
+def _check_positive_float(name: str, value: float) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
+        raise ValueError(f"{name} must be a finite float > 0, got {value!r}")
+
+
+def _check_tokens(name: str, x: object, d_model: int, weight: torch.Tensor | None) -> None:
+    """Raise unless x is a floating (B, N, d_model) tensor that can meet the module's weight."""
+    if not isinstance(x, torch.Tensor) or x.dim() != 3 or x.shape[-1] != d_model:
+        got = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+        raise ValueError(f"{name} must have shape (B, N, D) with D = {d_model}, got {got}")
+    if not x.is_floating_point():
+        raise TypeError(f"{name} must have a floating dtype, got {x.dtype}")
+    if weight is not None:
+        _check_like_module(name, x, weight)
+
+
+def _check_torch_attention_call(
+    mha: nn.MultiheadAttention,
+    x: torch.Tensor,
+    attn_mask: torch.Tensor | None,
+    key_mask: torch.Tensor | None,
+) -> None:
+    """Raise unless x (B, N, D), attn_mask (N, N) and key_mask (B, N) fit ``mha``."""
+    _check_tokens("x", x, mha.embed_dim, mha.out_proj.weight)
+    b, n, _ = x.shape
+    if attn_mask is not None:
+        if not isinstance(attn_mask, torch.Tensor):
+            raise TypeError(f"attn_mask must be a torch.Tensor or None, got {type(attn_mask).__name__}")
+        if attn_mask.dtype != torch.bool and attn_mask.dtype != x.dtype:
+            raise TypeError(
+                f"attn_mask must be torch.bool (True = may attend) or {x.dtype} "
+                f"(added to the scores), got {attn_mask.dtype}"
+            )
+        if attn_mask.shape != (n, n):
+            raise ValueError(f"attn_mask must have shape (N, N) = ({n}, {n}), got {tuple(attn_mask.shape)}")
+        if attn_mask.device != x.device:
+            raise ValueError(f"attn_mask must be on x's device {x.device}, got {attn_mask.device}")
+    if key_mask is not None:
+        if not isinstance(key_mask, torch.Tensor) or key_mask.dtype != torch.bool:
+            got = key_mask.dtype if isinstance(key_mask, torch.Tensor) else type(key_mask).__name__
+            raise TypeError(f"key_mask must be a torch.bool tensor (True = real token), got {got}")
+        if key_mask.shape != (b, n):
+            raise ValueError(f"key_mask must have shape (B, N) = ({b}, {n}), got {tuple(key_mask.shape)}")
+        if key_mask.device != x.device:
+            raise ValueError(f"key_mask must be on x's device {x.device}, got {key_mask.device}")
+# --8<-- [end:validate]
+
+
 # --8<-- [start:torch_attention]
 class TorchAttention(nn.Module):
     """``nn.MultiheadAttention`` behind the call the block makes.
@@ -61,11 +124,10 @@ class TorchAttention(nn.Module):
         key_mask: torch.Tensor | None = None,
         is_causal: bool = False,
     ) -> tuple[torch.Tensor, None]:
+        _check_torch_attention_call(self.mha, x, attn_mask, key_mask)
         n = x.shape[1]
         blocked = None
         if attn_mask is not None:
-            if attn_mask.shape != (n, n):
-                raise ValueError(f"attn_mask must have shape (N, N) = ({n}, {n}), got {tuple(attn_mask.shape)}")
             blocked = ~attn_mask if attn_mask.dtype == torch.bool else attn_mask  # flip the polarity
         if is_causal:
             future = torch.ones(n, n, dtype=torch.bool, device=x.device).triu(1)  # (N, N), True = blocked
@@ -117,12 +179,12 @@ class TransformerBlock(nn.Module):
         for name, value in (("d_model", d_model), ("d_ff", d_ff)):
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
-        if isinstance(dropout, bool) or not (0.0 <= float(dropout) < 1.0):
-            raise ValueError(f"dropout must be a float in [0, 1), got {dropout!r}")
-        if activation not in _ACTIVATIONS:
+        _check_dropout("dropout", dropout)
+        if not isinstance(activation, str) or activation not in _ACTIVATIONS:
             raise ValueError(
                 f"activation must be one of {sorted(_ACTIVATIONS)}, got {activation!r}"
             )
+        _check_positive_float("layer_norm_eps", layer_norm_eps)
         self.d_model = d_model
         self.norm_first = norm_first
         self.activation_name = activation
@@ -174,9 +236,7 @@ class TransformerBlock(nn.Module):
         Returns:
             ``(B, N, D)``.
         """
-        if not isinstance(x, torch.Tensor) or x.dim() != 3 or x.shape[-1] != self.d_model:
-            got = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
-            raise ValueError(f"x must have shape (B, N, D) with D = {self.d_model}, got {got}")
+        _check_tokens("x", x, self.d_model, self.linear1.weight)
         masks = dict(attn_mask=attn_mask, key_mask=key_mask, is_causal=is_causal)
         if self.norm_first:
             # Pre-norm: the residual stream x is never normalised, so the
@@ -214,6 +274,8 @@ class TransformerBlock(nn.Module):
             raise TypeError(
                 f"layer must be an nn.TransformerEncoderLayer, got {type(layer).__name__}"
             )
+        if attention is not None and not isinstance(attention, nn.Module):
+            raise TypeError(f"attention must be an nn.Module or None, got {type(attention).__name__}")
         act = layer.activation
         if act is F.relu or isinstance(act, nn.ReLU):
             name = "relu"

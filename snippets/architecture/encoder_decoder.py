@@ -25,7 +25,7 @@ This file needs only torch and the standard library: copy it into a project.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -36,22 +36,155 @@ __all__ = ["Encoder", "DecoderBlock", "Decoder", "EncoderDecoder"]
 _ACTIVATIONS = {"gelu": F.gelu, "relu": F.relu}
 
 
-def _check_width(name: str, x: object, d_model: int, length: str) -> None:
-    """Raise a clear error unless ``x`` is a (B, length, D) tensor."""
-    if not isinstance(x, torch.Tensor) or x.dim() != 3 or x.shape[-1] != d_model:
+# --8<-- [start:validate]
+def _check_like_module(name: str, t: torch.Tensor, weight: torch.Tensor) -> None:
+    """Raise unless t has the device (and, outside autocast, the dtype) of the module's weight."""
+    if t.device != weight.device:
+        raise ValueError(f"{name} must be on the module's device {weight.device}, got {t.device}")
+    autocast = torch.amp.is_autocast_available(t.device.type) and torch.is_autocast_enabled(t.device.type)
+    if t.dtype != weight.dtype and not autocast:
+        raise TypeError(f"{name} must have the module's dtype {weight.dtype}, got {t.dtype}")
+
+
+def _check_dropout(name: str, p: float) -> None:
+    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p < 1.0:
+        raise ValueError(f"{name} must be a float in [0, 1), got {p!r}")
+
+
+def _check_positive_float(name: str, value: float) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
+        raise ValueError(f"{name} must be a finite float > 0, got {value!r}")
+
+
+def _check_width(
+    name: str, x: object, d_model: int | None, length: str, weight: torch.Tensor | None
+) -> None:
+    """Raise a clear error unless ``x`` is a floating (B, length, D) tensor like ``weight``."""
+    if not isinstance(x, torch.Tensor) or x.dim() != 3 or x.shape[-1] != (d_model or x.shape[-1]):
         got = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
-        raise ValueError(f"{name} must have shape (B, {length}, D) with D = {d_model}, got {got}")
+        raise ValueError(f"{name} must have shape (B, {length}, D) with D = {d_model or 'any'}, got {got}")
+    if not x.is_floating_point():
+        raise TypeError(f"{name} must have a floating dtype, got {x.dtype}")
+    if weight is not None:
+        _check_like_module(name, x, weight)
+
+
+def _n_heads(module: nn.Module) -> int | None:
+    """The head count of the first module inside ``module`` that states one (``n_heads``)."""
+    for part in module.modules():
+        if isinstance(getattr(part, "n_heads", None), int):
+            return part.n_heads
+    return None
+
+
+def _check_scores_mask(
+    name: str, mask: object, b: int, n: int, m: int, like: torch.Tensor, h: int | None = None
+) -> None:
+    """Raise unless mask is None or a bool / float mask over (B, H, N, M) scores.
+
+    ``h`` is the head count when the attention module states one; a 3-D mask's
+    leading dimension is then checked against it (PyTorch reads it as H).
+    """
+    if mask is None:
+        return
+    if not isinstance(mask, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor or None, got {type(mask).__name__}")
+    if mask.dtype != torch.bool and mask.dtype != like.dtype:
+        raise TypeError(
+            f"{name} must be torch.bool (True = may attend) or {like.dtype} "
+            f"(added to the scores), got {mask.dtype}"
+        )
+    if mask.device != like.device:
+        raise ValueError(f"{name} must be on the device of the inputs {like.device}, got {mask.device}")
+    fits = 2 <= mask.dim() <= 4
+    if fits:
+        heads = h if h is not None else (mask.shape[-3] if mask.dim() > 2 else 1)
+        want = (b, heads, n, m)[4 - mask.dim():]  # (N, M), (H, N, M) or (B, H, N, M)
+        fits = all(got in (1, w) for got, w in zip(mask.shape, want))
+    if not fits:
+        raise ValueError(
+            f"{name} must broadcast to (B, H, N, M) with B = {b}, H = {h or 'any'}, N = {n}, "
+            f"M = {m}, got shape {tuple(mask.shape)}"
+        )
+
+
+def _check_token_mask(name: str, mask: object, b: int, length: int, like: torch.Tensor) -> None:
+    """Raise unless mask is None or a (B, length) bool tensor, True = real token."""
+    if mask is None:
+        return
+    if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
+        got = mask.dtype if isinstance(mask, torch.Tensor) else type(mask).__name__
+        raise TypeError(f"{name} must be a torch.bool tensor (True = real token), got {got}")
+    if mask.shape != (b, length):
+        raise ValueError(f"{name} must have shape (B, length) = ({b}, {length}), got {tuple(mask.shape)}")
+    if mask.device != like.device:
+        raise ValueError(f"{name} must be on the device of the inputs {like.device}, got {mask.device}")
 
 
 def _check_layers(name: str, layers: object) -> nn.ModuleList:
     """Raise a clear error unless ``layers`` is a non-empty sequence of modules."""
     if isinstance(layers, nn.Module) and not isinstance(layers, nn.ModuleList):
         raise TypeError(f"{name} must be a sequence of nn.Module, got a single {type(layers).__name__}")
+    if not isinstance(layers, Iterable) or isinstance(layers, (str, bytes)):
+        raise TypeError(f"{name} must be a non-empty sequence of nn.Module, got {type(layers).__name__}")
     layers = list(layers)
     if not layers or not all(isinstance(layer, nn.Module) for layer in layers):
         got = [type(layer).__name__ for layer in layers]
         raise TypeError(f"{name} must be a non-empty sequence of nn.Module, got {got}")
     return nn.ModuleList(layers)
+
+
+def _check_norm(norm: object) -> None:
+    if norm is not None and not isinstance(norm, nn.Module):
+        raise TypeError(f"norm must be an nn.Module or None, got {type(norm).__name__}")
+
+
+def _check_decoder_call(
+    tgt: torch.Tensor,
+    memory: torch.Tensor,
+    masks: dict[str, torch.Tensor | None],
+    heads: tuple[int | None, int | None],
+) -> None:
+    """Raise unless tgt (B, N, D), memory (B, M, D) and the decoder's masks fit together."""
+    (b, n, _), m = tgt.shape, memory.shape[1]
+    if memory.shape[0] != b:
+        raise ValueError(
+            f"tgt and memory must share the batch size B, got tgt {tuple(tgt.shape)} "
+            f"and memory {tuple(memory.shape)}"
+        )
+    _check_scores_mask("attn_mask", masks["attn_mask"], b, n, n, tgt, heads[0])
+    _check_token_mask("key_mask", masks["key_mask"], b, n, tgt)
+    _check_scores_mask("memory_mask", masks["memory_mask"], b, n, m, tgt, heads[1])
+    _check_token_mask("memory_key_mask", masks["memory_key_mask"], b, m, tgt)
+
+
+def _check_encoder_decoder_call(
+    src: torch.Tensor,
+    tgt: torch.Tensor,
+    masks: dict[str, torch.Tensor | None],
+    heads: tuple[int | None, int | None],
+) -> None:
+    """Raise unless src (B, M, D), tgt (B, N, D) and every mask fit together."""
+    for name, x in (("src", src), ("tgt", tgt)):
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    if src.dim() != 3 or tgt.dim() != 3 or src.shape[0] != tgt.shape[0]:
+        raise ValueError(
+            f"src and tgt must be (B, M, D) and (B, N, D) with one batch size B, "
+            f"got src {tuple(src.shape)} and tgt {tuple(tgt.shape)}"
+        )
+    if src.dtype != tgt.dtype or src.device != tgt.device:
+        raise TypeError(
+            f"src and tgt must share one dtype and device, got {src.dtype} on {src.device} "
+            f"and {tgt.dtype} on {tgt.device}"
+        )
+    (b, m, _), n = src.shape, tgt.shape[1]
+    _check_token_mask("src_key_mask", masks["src_key_mask"], b, m, src)
+    _check_token_mask("tgt_key_mask", masks["tgt_key_mask"], b, n, src)
+    _check_scores_mask("src_mask", masks["src_mask"], b, m, m, src, heads[0])
+    _check_scores_mask("tgt_mask", masks["tgt_mask"], b, n, n, src, heads[1])
+    _check_scores_mask("memory_mask", masks["memory_mask"], b, n, m, src, heads[1])
+# --8<-- [end:validate]
 
 
 # --8<-- [start:encoder]
@@ -73,6 +206,7 @@ class Encoder(nn.Module):
     def __init__(self, layers: Sequence[nn.Module], *, norm: nn.Module | None = None) -> None:
         super().__init__()
         self.layers = _check_layers("layers", layers)
+        _check_norm(norm)
         self.norm = norm
 
     def forward(
@@ -92,6 +226,10 @@ class Encoder(nn.Module):
         Returns:
             The memory, ``(B, M, D)``.
         """
+        _check_width("src", src, getattr(self.layers[0], "d_model", None), "M", next(self.parameters(), None))
+        b, m, _ = src.shape
+        _check_scores_mask("attn_mask", attn_mask, b, m, m, src, _n_heads(self))
+        _check_token_mask("key_mask", key_mask, b, m, src)
         x = src
         for layer in self.layers:
             x = layer(x, attn_mask=attn_mask, key_mask=key_mask)  # (B, M, D)
@@ -145,10 +283,10 @@ class DecoderBlock(nn.Module):
         for name, value in (("d_model", d_model), ("d_ff", d_ff)):
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
-        if isinstance(dropout, bool) or not (0.0 <= float(dropout) < 1.0):
-            raise ValueError(f"dropout must be a float in [0, 1), got {dropout!r}")
-        if activation not in _ACTIVATIONS:
+        _check_dropout("dropout", dropout)
+        if not isinstance(activation, str) or activation not in _ACTIVATIONS:
             raise ValueError(f"activation must be one of {sorted(_ACTIVATIONS)}, got {activation!r}")
+        _check_positive_float("layer_norm_eps", layer_norm_eps)
         self.d_model = d_model
         self.norm_first = norm_first
         self.activation_name = activation
@@ -208,11 +346,13 @@ class DecoderBlock(nn.Module):
         Returns:
             ``(B, N, D)``.
         """
-        _check_width("tgt", tgt, self.d_model, "N")
-        _check_width("memory", memory, self.d_model, "M")
-        x = tgt
+        _check_width("tgt", tgt, self.d_model, "N", self.linear1.weight)
+        _check_width("memory", memory, self.d_model, "M", self.linear1.weight)
         self_masks = dict(attn_mask=attn_mask, key_mask=key_mask, is_causal=is_causal)
         cross_masks = dict(memory_mask=memory_mask, memory_key_mask=memory_key_mask)
+        heads = (_n_heads(self.self_attention), _n_heads(self.cross_attention))
+        _check_decoder_call(tgt, memory, {**self_masks, **cross_masks}, heads)
+        x = tgt
         if self.norm_first:
             # Pre-norm: normalise each branch's input; the residual stream stays raw.
             x = x + self._self_branch(self.norm1(x), **self_masks)
@@ -290,6 +430,7 @@ class Decoder(nn.Module):
     def __init__(self, layers: Sequence[nn.Module], *, norm: nn.Module | None = None) -> None:
         super().__init__()
         self.layers = _check_layers("layers", layers)
+        _check_norm(norm)
         self.norm = norm
 
     def forward(
@@ -367,11 +508,9 @@ class EncoderDecoder(nn.Module):
         Returns:
             ``(B, N, D)``.
         """
-        if src.dim() != 3 or tgt.dim() != 3 or src.shape[0] != tgt.shape[0]:
-            raise ValueError(
-                f"src and tgt must be (B, M, D) and (B, N, D) with one batch size B, "
-                f"got src {tuple(src.shape)} and tgt {tuple(tgt.shape)}"
-            )
+        masks = dict(src_key_mask=src_key_mask, tgt_key_mask=tgt_key_mask, src_mask=src_mask,
+                     tgt_mask=tgt_mask, memory_mask=memory_mask)
+        _check_encoder_decoder_call(src, tgt, masks, (_n_heads(self.encoder), _n_heads(self.decoder)))
         memory = self.encoder(src, attn_mask=src_mask, key_mask=src_key_mask)  # (B, M, D)
         return self.decoder(
             tgt, memory, attn_mask=tgt_mask, key_mask=tgt_key_mask, is_causal=tgt_is_causal,
@@ -402,6 +541,9 @@ class EncoderDecoder(nn.Module):
         """
         if not isinstance(transformer, nn.Transformer):
             raise TypeError(f"transformer must be an nn.Transformer, got {type(transformer).__name__}")
+        for name, fn in (("attention", attention), ("encoder_layer", encoder_layer)):
+            if not callable(fn):
+                raise TypeError(f"{name} must be callable, got {type(fn).__name__}")
         if not transformer.batch_first:
             raise ValueError(
                 "transformer must be built with batch_first=True (this module is "

@@ -43,6 +43,7 @@ def alibi_slopes(
     """
     if isinstance(n_heads, bool) or not isinstance(n_heads, int) or n_heads < 1:
         raise ValueError(f"n_heads must be an int >= 1, got {n_heads!r}")
+    _check_float_dtype(dtype)
 
     def power_of_2(h: int) -> list[float]:
         return [2.0 ** (-8.0 * i / h) for i in range(1, h + 1)]
@@ -84,8 +85,8 @@ def alibi_bias(
             raise ValueError(f"{name} must be a non-negative int, got {value!r}")
     if causal and n_queries > n_keys:
         raise ValueError(
-            f"a causal bias needs N <= M (queries are the last N positions), "
-            f"got N={n_queries} and M={n_keys}"
+            f"a causal bias needs n_queries <= n_keys (the queries are the last N of "
+            f"the M positions), got n_queries={n_queries} and n_keys={n_keys}"
         )
     i = torch.arange(n_queries, device=slopes.device).unsqueeze(-1) + (n_keys - n_queries)  # (N, 1)
     j = torch.arange(n_keys, device=slopes.device)  # (M,)
@@ -98,6 +99,51 @@ def alibi_bias(
         bias = bias.masked_fill(distance < 0, float("-inf"))  # (H, N, M)
     return bias
 # --8<-- [end:bias]
+
+
+# --8<-- [start:validate]
+def _check_float_dtype(dtype: object) -> None:
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise TypeError(f"dtype must be a floating torch.dtype, got {dtype!r}")
+
+
+def _check_alibi_inputs(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, slopes: torch.Tensor
+) -> None:
+    """Raise a clear error unless q, k, v are (B, H, length, width) and slopes is (H,)."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor) or t.dim() != 4:
+            raise ValueError(
+                f"{name} must be a 4-D tensor (B, H, length, width), got "
+                f"{tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__}"
+            )
+        if not t.is_floating_point():
+            raise TypeError(f"{name} must have a floating dtype, got {t.dtype}")
+    if not (q.dtype == k.dtype == v.dtype):
+        raise TypeError(f"q, k and v must share one dtype, got {q.dtype}, {k.dtype} and {v.dtype}")
+    if not (q.device == k.device == v.device):
+        raise ValueError(
+            f"q, k and v must be on one device, got {q.device}, {k.device} and {v.device}"
+        )
+    if not (q.shape[:2] == k.shape[:2] == v.shape[:2]):
+        raise ValueError(
+            "q, k and v must share the batch size B and the head count H, got "
+            f"q {tuple(q.shape)}, k {tuple(k.shape)} and v {tuple(v.shape)}"
+        )
+    if q.shape[-1] != k.shape[-1]:
+        raise ValueError(
+            f"q and k must have the same head width d, got q {tuple(q.shape)} and k {tuple(k.shape)}"
+        )
+    if k.shape[-2] != v.shape[-2]:
+        raise ValueError(
+            f"k and v must have the same length M, got k {tuple(k.shape)} and v {tuple(v.shape)}"
+        )
+    if not isinstance(slopes, torch.Tensor) or not slopes.is_floating_point():
+        got = slopes.dtype if isinstance(slopes, torch.Tensor) else type(slopes).__name__
+        raise TypeError(f"slopes must be a floating torch.Tensor of shape (H,), got {got}")
+    if slopes.shape != q.shape[1:2]:
+        raise ValueError(f"slopes must have shape (H,) = ({q.shape[1]},), got {tuple(slopes.shape)}")
+# --8<-- [end:validate]
 
 
 # --8<-- [start:forward]
@@ -124,15 +170,8 @@ def alibi_attention(
     Returns:
         ``(B, H, N, d_v)``.
     """
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(t, torch.Tensor) or t.dim() != 4:
-            raise ValueError(
-                f"{name} must be a 4-D tensor (B, H, length, width), got "
-                f"{tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__}"
-            )
+    _check_alibi_inputs(q, k, v, slopes)
     b, h, n, d = q.shape
-    if slopes.shape != (h,):
-        raise ValueError(f"slopes must have shape (H,) = ({h},), got {tuple(slopes.shape)}")
     # Built in the slopes' dtype (float32 by default), then cast: a distance of
     # thousands times a slope of 1/256 loses little even in float16.
     bias = alibi_bias(slopes.to(q.device), n, k.shape[-2], causal=causal).to(q.dtype)  # (H, N, M)

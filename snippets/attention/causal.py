@@ -54,6 +54,38 @@ def causal_mask(
 # --8<-- [end:causal_mask]
 
 
+# --8<-- [start:validate]
+def _check_key_mask(
+    key_mask: torch.Tensor | None, batch: int, n_keys: int, device: torch.device
+) -> None:
+    """Raise a clear error unless key_mask is None or a (B, M) bool tensor on device."""
+    if key_mask is None:
+        return
+    if not isinstance(key_mask, torch.Tensor):
+        raise TypeError(
+            f"key_mask must be a torch.Tensor or None, got {type(key_mask).__name__}"
+        )
+    if key_mask.dtype != torch.bool:
+        raise TypeError(
+            f"key_mask must be torch.bool (True = real key), got {key_mask.dtype}"
+        )
+    if tuple(key_mask.shape) != (batch, n_keys):
+        raise ValueError(
+            f"key_mask must have shape (B, M) = ({batch}, {n_keys}), "
+            f"got {tuple(key_mask.shape)}"
+        )
+    if key_mask.device != device:
+        raise ValueError(
+            f"key_mask must be on the device of the inputs {device}, got {key_mask.device}"
+        )
+
+
+def _check_dropout(name: str, p: float) -> None:
+    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p < 1.0:
+        raise ValueError(f"{name} must be a float in [0, 1), got {p!r}")
+# --8<-- [end:validate]
+
+
 # --8<-- [start:attend_helpers]
 def _check_seq(x: torch.Tensor, name: str, width: int) -> None:
     """Raise a clear error unless x is a floating (B, L, width) tensor."""
@@ -72,10 +104,19 @@ def _check_seq(x: torch.Tensor, name: str, width: int) -> None:
         )
 
 
+def _check_like_module(name: str, t: torch.Tensor, weight: torch.Tensor) -> None:
+    """Raise unless t has the device (and, outside autocast, the dtype) of the module's weight."""
+    if t.device != weight.device:
+        raise ValueError(f"{name} must be on the module's device {weight.device}, got {t.device}")
+    autocast = torch.amp.is_autocast_available(t.device.type) and torch.is_autocast_enabled(t.device.type)
+    if t.dtype != weight.dtype and not autocast:
+        raise TypeError(f"{name} must have the module's dtype {weight.dtype}, got {t.dtype}")
+
+
 def _check_mask_shape(
-    mask: torch.Tensor, name: str, shape: tuple[int, ...], dtype: torch.dtype
+    mask: torch.Tensor, name: str, shape: tuple[int, ...], dtype: torch.dtype, device: torch.device
 ) -> None:
-    """Raise a clear error unless mask is bool (or ``dtype``) and broadcasts to shape."""
+    """Raise a clear error unless mask is bool (or ``dtype``) on device and broadcasts to shape."""
     if not isinstance(mask, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor or None, got {type(mask).__name__}")
     if mask.dtype != torch.bool and mask.dtype != dtype:
@@ -83,6 +124,8 @@ def _check_mask_shape(
             f"{name} must be torch.bool (True = may attend) or {dtype} "
             f"(added to the scores), got {mask.dtype}"
         )
+    if mask.device != device:
+        raise ValueError(f"{name} must be on the device of the inputs {device}, got {mask.device}")
     try:
         ok = torch.broadcast_shapes(mask.shape, shape) == shape
     except RuntimeError:
@@ -176,8 +219,7 @@ class CausalSelfAttention(nn.Module):
         for name, value in (("d_model", d_model), ("d_k", d_k), ("d_v", d_v)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
-        if isinstance(dropout, bool) or not (0.0 <= float(dropout) < 1.0):
-            raise ValueError(f"dropout must be a float in [0, 1), got {dropout!r}")
+        _check_dropout("dropout", dropout)
         self.d_model, self.d_k, self.d_v = d_model, d_k, d_v
         self.dropout = float(dropout)
         self.q_proj = nn.Linear(d_model, d_k, bias=bias)
@@ -209,12 +251,11 @@ class CausalSelfAttention(nn.Module):
             ``(B, N, N)`` (before dropout), zero above the diagonal, or ``None``.
         """
         _check_seq(x, "x", self.d_model)
+        _check_like_module("x", x, self.q_proj.weight)
         b, n, _ = x.shape
         mask = causal_mask(n, n, device=x.device)  # (N, N), built for this N
         if key_mask is not None:
-            _check_mask_shape(key_mask, "key_mask", (b, n), x.dtype)
-            if key_mask.dtype != torch.bool:
-                raise TypeError(f"key_mask must have dtype torch.bool, got {key_mask.dtype}")
+            _check_key_mask(key_mask, b, n, x.device)
             mask = mask & key_mask[:, None, :]  # (N, N) & (B, 1, N) -> (B, N, N)
         dropout_p = self.dropout if self.training else 0.0
         q = self.q_proj(x)  # (B, N, D) -> (B, N, d_k)

@@ -37,8 +37,8 @@ def _check_size(name: str, value: int) -> None:
         raise ValueError(f"{name} must be a positive int, got {value!r}")
 
 
-def _check_features(name: str, x: torch.Tensor, d_model: int) -> None:
-    """Raise unless x is a floating (B, L, d_model) tensor."""
+def _check_features(name: str, x: torch.Tensor, d_model: int, device: torch.device) -> None:
+    """Raise unless x is a floating (B, L, d_model) tensor on the module's device."""
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
     if not x.is_floating_point():
@@ -48,6 +48,8 @@ def _check_features(name: str, x: torch.Tensor, d_model: int) -> None:
             f"{name} must have shape (B, length, d_model) with d_model={d_model}, "
             f"got shape {tuple(x.shape)}"
         )
+    if x.device != device:
+        raise ValueError(f"{name} must be on the module's device {device}, got {x.device}")
 
 
 def _check_padding_mask(name: str, mask: torch.Tensor | None, x: torch.Tensor) -> None:
@@ -61,6 +63,28 @@ def _check_padding_mask(name: str, mask: torch.Tensor | None, x: torch.Tensor) -
         raise ValueError(
             f"{name} must have shape (B, length) = {tuple(x.shape[:2])}, "
             f"got shape {tuple(mask.shape)}"
+        )
+    if mask.device != x.device:
+        raise ValueError(f"{name} must be on the device of the features {x.device}, got {mask.device}")
+
+
+def _check_guidance(g: torch.Tensor | None, x: torch.Tensor, guided: bool) -> None:
+    """Raise unless g is a (B, d_model) tensor like x when guided, and None otherwise."""
+    b, _, d_model = x.shape
+    if guided and g is None:
+        raise ValueError("g is required: this GuidedAttention was built with guided=True, got None")
+    if not guided and g is not None:
+        raise ValueError(
+            "g must be None: this GuidedAttention was built with guided=False, "
+            f"got {type(g).__name__}"
+        )
+    if g is not None and (not isinstance(g, torch.Tensor) or tuple(g.shape) != (b, d_model)):
+        got = tuple(g.shape) if isinstance(g, torch.Tensor) else type(g).__name__
+        raise ValueError(f"g must have shape (B, d_model) = {(b, d_model)}, got {got}")
+    if g is not None and (g.dtype != x.dtype or g.device != x.device):
+        raise TypeError(
+            f"g must have the dtype and device of x ({x.dtype} on {x.device}), "
+            f"got {g.dtype} on {g.device}"
         )
 
 
@@ -155,8 +179,8 @@ class ParallelCoAttention(nn.Module):
         Returns:
             ``(B, T, N)``, in the input dtype.
         """
-        _check_features("question", question, self.d_model)
-        _check_features("image", image, self.d_model)
+        _check_features("question", question, self.d_model, self.w_b.device)
+        _check_features("image", image, self.d_model, self.w_b.device)
         _check_batch(question, image)
         _check_padding_mask("question_mask", question_mask, question)
         _check_padding_mask("image_mask", image_mask, image)
@@ -195,8 +219,8 @@ class ParallelCoAttention(nn.Module):
             region weights ``(B, N)``, each weight vector summing to 1 over the
             real positions.
         """
-        _check_features("question", question, self.d_model)
-        _check_features("image", image, self.d_model)
+        _check_features("question", question, self.d_model, self.w_b.device)
+        _check_features("image", image, self.d_model, self.w_b.device)
         _check_batch(question, image)
         _check_padding_mask("question_mask", question_mask, question)
         _check_padding_mask("image_mask", image_mask, image)
@@ -269,18 +293,10 @@ class GuidedAttention(nn.Module):
             ``(x_hat, a)``: the attended feature ``(B, d)`` and the weights
             ``(B, L)``.
         """
-        _check_features("x", x, self.d_model)
+        _check_features("x", x, self.d_model, self.w_x.device)
         _check_padding_mask("x_mask", x_mask, x)
+        _check_guidance(g, x, self.guided)
         B, L, d = x.shape
-        if self.guided and g is None:
-            raise ValueError("g is required: this GuidedAttention was built with guided=True")
-        if not self.guided and g is not None:
-            raise ValueError("g must be None: this GuidedAttention was built with guided=False")
-        if g is not None and (
-            not isinstance(g, torch.Tensor) or tuple(g.shape) != (B, self.d_model)
-        ):
-            got = tuple(g.shape) if isinstance(g, torch.Tensor) else type(g).__name__
-            raise ValueError(f"g must have shape (B, d_model) = {(B, self.d_model)}, got {got}")
         acc = _accumulation_dtype(x.dtype)
         xa = x.to(acc)
 
@@ -342,9 +358,11 @@ class AlternatingCoAttention(nn.Module):
             ``(q_hat, v_hat, a_q, a_v)`` as in ``ParallelCoAttention``; ``a_q``
             are the word weights of the third step.
         """
-        _check_features("question", question, self.d_model)
-        _check_features("image", image, self.d_model)
+        _check_features("question", question, self.d_model, self.summarise.w_x.device)
+        _check_features("image", image, self.d_model, self.summarise.w_x.device)
         _check_batch(question, image)
+        _check_padding_mask("question_mask", question_mask, question)
+        _check_padding_mask("image_mask", image_mask, image)
         s_hat, _ = self.summarise(question, x_mask=question_mask)  # (B, d)
         v_hat, a_v = self.attend_image(image, s_hat, x_mask=image_mask)  # (B, d), (B, N)
         q_hat, a_q = self.attend_question(question, v_hat, x_mask=question_mask)  # (B, d), (B, T)

@@ -27,6 +27,38 @@ from torch import nn
 __all__ = ["CrossAttention"]
 
 
+# --8<-- [start:validate]
+def _check_key_mask(
+    key_mask: torch.Tensor | None, batch: int, n_keys: int, device: torch.device
+) -> None:
+    """Raise a clear error unless key_mask is None or a (B, M) bool tensor on device."""
+    if key_mask is None:
+        return
+    if not isinstance(key_mask, torch.Tensor):
+        raise TypeError(
+            f"key_mask must be a torch.Tensor or None, got {type(key_mask).__name__}"
+        )
+    if key_mask.dtype != torch.bool:
+        raise TypeError(
+            f"key_mask must be torch.bool (True = real key), got {key_mask.dtype}"
+        )
+    if tuple(key_mask.shape) != (batch, n_keys):
+        raise ValueError(
+            f"key_mask must have shape (B, M) = ({batch}, {n_keys}), "
+            f"got {tuple(key_mask.shape)}"
+        )
+    if key_mask.device != device:
+        raise ValueError(
+            f"key_mask must be on the device of the inputs {device}, got {key_mask.device}"
+        )
+
+
+def _check_dropout(name: str, p: float) -> None:
+    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p < 1.0:
+        raise ValueError(f"{name} must be a float in [0, 1), got {p!r}")
+# --8<-- [end:validate]
+
+
 # --8<-- [start:attend_helpers]
 def _check_seq(x: torch.Tensor, name: str, width: int) -> None:
     """Raise a clear error unless x is a floating (B, L, width) tensor."""
@@ -45,10 +77,19 @@ def _check_seq(x: torch.Tensor, name: str, width: int) -> None:
         )
 
 
+def _check_like_module(name: str, t: torch.Tensor, weight: torch.Tensor) -> None:
+    """Raise unless t has the device (and, outside autocast, the dtype) of the module's weight."""
+    if t.device != weight.device:
+        raise ValueError(f"{name} must be on the module's device {weight.device}, got {t.device}")
+    autocast = torch.amp.is_autocast_available(t.device.type) and torch.is_autocast_enabled(t.device.type)
+    if t.dtype != weight.dtype and not autocast:
+        raise TypeError(f"{name} must have the module's dtype {weight.dtype}, got {t.dtype}")
+
+
 def _check_mask_shape(
-    mask: torch.Tensor, name: str, shape: tuple[int, ...], dtype: torch.dtype
+    mask: torch.Tensor, name: str, shape: tuple[int, ...], dtype: torch.dtype, device: torch.device
 ) -> None:
-    """Raise a clear error unless mask is bool (or ``dtype``) and broadcasts to shape."""
+    """Raise a clear error unless mask is bool (or ``dtype``) on device and broadcasts to shape."""
     if not isinstance(mask, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor or None, got {type(mask).__name__}")
     if mask.dtype != torch.bool and mask.dtype != dtype:
@@ -56,6 +97,8 @@ def _check_mask_shape(
             f"{name} must be torch.bool (True = may attend) or {dtype} "
             f"(added to the scores), got {mask.dtype}"
         )
+    if mask.device != device:
+        raise ValueError(f"{name} must be on the device of the inputs {device}, got {mask.device}")
     try:
         ok = torch.broadcast_shapes(mask.shape, shape) == shape
     except RuntimeError:
@@ -154,8 +197,7 @@ class CrossAttention(nn.Module):
         ):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
-        if isinstance(dropout, bool) or not (0.0 <= float(dropout) < 1.0):
-            raise ValueError(f"dropout must be a float in [0, 1), got {dropout!r}")
+        _check_dropout("dropout", dropout)
         self.d_model, self.d_context, self.d_k, self.d_v = d_model, d_context, d_k, d_v
         self.dropout = float(dropout)
         self.q_proj = nn.Linear(d_model, d_k, bias=bias)  # queries come from x ...
@@ -201,11 +243,11 @@ class CrossAttention(nn.Module):
             raise TypeError(
                 f"x and context must share one dtype, got {x.dtype} and {context.dtype}"
             )
+        _check_like_module("x", x, self.q_proj.weight)
+        _check_like_module("context", context, self.k_proj.weight)
         mask = None
         if key_mask is not None:
-            _check_mask_shape(key_mask, "key_mask", (b, m), x.dtype)
-            if key_mask.dtype != torch.bool:
-                raise TypeError(f"key_mask must have dtype torch.bool, got {key_mask.dtype}")
+            _check_key_mask(key_mask, b, m, x.device)
             mask = key_mask[:, None, :]  # (B, M) -> (B, 1, M), the same for every query
         dropout_p = self.dropout if self.training else 0.0
         q = self.q_proj(x)  # (B, N, D) -> (B, N, d_k)

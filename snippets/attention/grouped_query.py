@@ -56,14 +56,32 @@ def _check_input(name: str, t: object, width: int, width_name: str) -> None:
         )
 
 
+def _check_like_module(name: str, t: torch.Tensor, weight: torch.Tensor) -> None:
+    """Raise unless t has the device (and, outside autocast, the dtype) of the module's weight."""
+    if t.device != weight.device:
+        raise ValueError(f"{name} must be on the module's device {weight.device}, got {t.device}")
+    autocast = torch.amp.is_autocast_available(t.device.type) and torch.is_autocast_enabled(t.device.type)
+    if t.dtype != weight.dtype and not autocast:
+        raise TypeError(f"{name} must have the module's dtype {weight.dtype}, got {t.dtype}")
+
+
+def _check_dropout(name: str, p: float) -> None:
+    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p < 1.0:
+        raise ValueError(f"{name} must be a float in [0, 1), got {p!r}")
+
+
 def _check_masks(
     attn_mask: torch.Tensor | None,
     key_mask: torch.Tensor | None,
     shape: tuple[int, int, int, int],
     dtype: torch.dtype,
+    device: torch.device,
 ) -> None:
-    """Raise a clear error unless the masks fit scores of ``shape`` = (B, H, N, M)."""
+    """Raise a clear error unless the masks fit scores of ``shape`` = (B, H, N, M) on device."""
     b, _, _, m = shape
+    for name, mask in (("attn_mask", attn_mask), ("key_mask", key_mask)):
+        if isinstance(mask, torch.Tensor) and mask.device != device:
+            raise ValueError(f"{name} must be on the device of the inputs {device}, got {mask.device}")
     if attn_mask is not None:
         if not isinstance(attn_mask, torch.Tensor):
             raise TypeError(
@@ -160,6 +178,9 @@ def repeat_kv(x: torch.Tensor, n_rep: int) -> torch.Tensor:
     Returns:
         ``(B, H_kv * n_rep, M, d)``.
     """
+    if not isinstance(x, torch.Tensor) or x.dim() != 4:
+        got = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+        raise ValueError(f"x must be a 4-D tensor (B, H_kv, M, d), got {got}")
     if isinstance(n_rep, bool) or not isinstance(n_rep, int) or n_rep < 1:
         raise ValueError(f"n_rep must be a positive int, got {n_rep!r}")
     return x.repeat_interleave(n_rep, dim=1)  # (B, H_kv, M, d) -> (B, H_kv * G, M, d)
@@ -207,8 +228,7 @@ class GroupedQueryAttention(nn.Module):
                 f"n_kv_heads must divide n_heads, got n_heads={n_heads} and "
                 f"n_kv_heads={n_kv_heads} (n_heads / n_kv_heads = {n_heads / n_kv_heads:g})"
             )
-        if isinstance(dropout, bool) or not (0.0 <= float(dropout) < 1.0):
-            raise ValueError(f"dropout must be a float in [0, 1), got {dropout!r}")
+        _check_dropout("dropout", dropout)
         self.d_model = d_model
         self.n_heads = n_heads
         self.n_kv_heads = n_kv_heads
@@ -261,6 +281,8 @@ class GroupedQueryAttention(nn.Module):
         _check_input("query", query, self.d_model, "D")
         _check_input("key", key, self.d_model, "D")
         _check_input("value", value, self.d_model, "D")
+        for name, t in (("query", query), ("key", key), ("value", value)):
+            _check_like_module(name, t, self.out_proj.weight)
         B, N, D = query.shape
         M = key.shape[1]
         if key.shape[0] != B or value.shape[0] != B or value.shape[1] != M:
@@ -268,7 +290,7 @@ class GroupedQueryAttention(nn.Module):
                 f"key and value must have shape (B, M, D) with the query's B, got query "
                 f"{tuple(query.shape)}, key {tuple(key.shape)} and value {tuple(value.shape)}"
             )
-        _check_masks(attn_mask, key_mask, (B, self.n_heads, N, M), query.dtype)
+        _check_masks(attn_mask, key_mask, (B, self.n_heads, N, M), query.dtype, query.device)
         mask = _combine_masks(attn_mask, key_mask, is_causal, N, M, query.device)
 
         q = self._split_heads(self.q_proj(query), self.n_heads)  # (B, N, D) -> (B, H, N, d)

@@ -53,14 +53,32 @@ def _check_input(name: str, t: object, width: int, width_name: str) -> None:
         )
 
 
+def _check_like_module(name: str, t: torch.Tensor, weight: torch.Tensor) -> None:
+    """Raise unless t has the device (and, outside autocast, the dtype) of the module's weight."""
+    if t.device != weight.device:
+        raise ValueError(f"{name} must be on the module's device {weight.device}, got {t.device}")
+    autocast = torch.amp.is_autocast_available(t.device.type) and torch.is_autocast_enabled(t.device.type)
+    if t.dtype != weight.dtype and not autocast:
+        raise TypeError(f"{name} must have the module's dtype {weight.dtype}, got {t.dtype}")
+
+
+def _check_dropout(name: str, p: float) -> None:
+    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p < 1.0:
+        raise ValueError(f"{name} must be a float in [0, 1), got {p!r}")
+
+
 def _check_masks(
     attn_mask: torch.Tensor | None,
     key_mask: torch.Tensor | None,
     shape: tuple[int, int, int, int],
     dtype: torch.dtype,
+    device: torch.device,
 ) -> None:
-    """Raise a clear error unless the masks fit scores of ``shape`` = (B, H, N, M)."""
+    """Raise a clear error unless the masks fit scores of ``shape`` = (B, H, N, M) on device."""
     b, _, _, m = shape
+    for name, mask in (("attn_mask", attn_mask), ("key_mask", key_mask)):
+        if isinstance(mask, torch.Tensor) and mask.device != device:
+            raise ValueError(f"{name} must be on the device of the inputs {device}, got {mask.device}")
     if attn_mask is not None:
         if not isinstance(attn_mask, torch.Tensor):
             raise TypeError(
@@ -178,8 +196,7 @@ class MultiHeadAttention(nn.Module):
                 f"d_model must be divisible by n_heads, got d_model={d_model} and "
                 f"n_heads={n_heads} (d_model / n_heads = {d_model / n_heads:g})"
             )
-        if isinstance(dropout, bool) or not (0.0 <= float(dropout) < 1.0):
-            raise ValueError(f"dropout must be a float in [0, 1), got {dropout!r}")
+        _check_dropout("dropout", dropout)
         for name, value in (("kdim", kdim), ("vdim", vdim)):
             if value is not None and (
                 isinstance(value, bool) or not isinstance(value, int) or value <= 0
@@ -265,6 +282,8 @@ class MultiHeadAttention(nn.Module):
         _check_input("query", query, self.d_model, "D")
         _check_input("key", key, self.kdim, "kdim")
         _check_input("value", value, self.vdim, "vdim")
+        for name, t in (("query", query), ("key", key), ("value", value)):
+            _check_like_module(name, t, self.out_proj.weight)
         B, N, D = query.shape
         M = key.shape[1]
         if key.shape[0] != B or value.shape[0] != B:
@@ -277,7 +296,7 @@ class MultiHeadAttention(nn.Module):
                 f"key and value must have the same length M, got key "
                 f"{tuple(key.shape)} and value {tuple(value.shape)}"
             )
-        _check_masks(attn_mask, key_mask, (B, self.n_heads, N, M), query.dtype)
+        _check_masks(attn_mask, key_mask, (B, self.n_heads, N, M), query.dtype, query.device)
         mask = _combine_masks(attn_mask, key_mask, is_causal, N, M, query.device)
 
         q, k, v = self._project(query, key, value)  # (B, N, D), (B, M, D), (B, M, D)

@@ -56,8 +56,8 @@ def rotary_cache(
         raise ValueError(f"n_positions must be a non-negative int, got {n_positions!r}")
     if isinstance(d_head, bool) or not isinstance(d_head, int) or d_head < 2 or d_head % 2:
         raise ValueError(f"d_head must be an even int >= 2, got {d_head!r}")
-    if not base > 1.0:
-        raise ValueError(f"base must be a number > 1, got {base!r}")
+    _check_base(base)
+    _check_float_dtype(dtype)
     # theta_i = base^(-2i/d): plane 0 turns by 1 radian per position, the last
     # plane barely turns, so the planes cover many wavelengths.
     theta = base ** (-torch.arange(0, d_head, 2, device=device, dtype=dtype) / d_head)  # (d/2,)
@@ -65,6 +65,81 @@ def rotary_cache(
     angles = torch.outer(t, theta)  # (n_positions,) x (d/2,) -> (n_positions, d/2)
     return angles.cos(), angles.sin()
 # --8<-- [end:cache]
+
+
+# --8<-- [start:validate]
+def _check_base(base: object) -> None:
+    if isinstance(base, bool) or not isinstance(base, (int, float)) or not base > 1:
+        raise ValueError(f"base must be a number > 1, got {base!r}")
+
+
+def _check_float_dtype(dtype: object) -> None:
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise TypeError(f"dtype must be a floating torch.dtype, got {dtype!r}")
+
+
+def _check_rotary_inputs(
+    x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, positions: torch.Tensor | None
+) -> None:
+    """Raise a clear error unless x (..., N, d), the (P, d/2) tables and positions fit."""
+    for name, t in (("x", x), ("cos", cos), ("sin", sin)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if not t.is_floating_point():
+            raise TypeError(f"{name} must have a floating dtype, got {t.dtype}")
+        if t.device != x.device:
+            raise ValueError(f"{name} must be on x's device {x.device}, got {t.device}")
+    if x.dim() < 2:
+        raise ValueError(f"x must have at least 2 dimensions (..., N, d), got shape {tuple(x.shape)}")
+    n, d = x.shape[-2], x.shape[-1]
+    if cos.shape != sin.shape or cos.dim() != 2 or 2 * cos.shape[-1] != d:
+        raise ValueError(
+            f"cos and sin must both be (P, d/2) = (P, {d // 2}) for a head of width "
+            f"d={d}, got {tuple(cos.shape)} and {tuple(sin.shape)}"
+        )
+    if positions is None:
+        return
+    if not isinstance(positions, torch.Tensor):
+        raise TypeError(f"positions must be a torch.Tensor or None, got {type(positions).__name__}")
+    if positions.dtype.is_floating_point or positions.dtype.is_complex or positions.dtype == torch.bool:
+        raise TypeError(f"positions must hold integers, got {positions.dtype}")
+    if positions.device != x.device:
+        raise ValueError(f"positions must be on x's device {x.device}, got {positions.device}")
+    if positions.dim() not in (1, 2) or positions.shape[-1] != n:
+        raise ValueError(
+            f"positions must be (N,) or (B, N) with N={n}, got {tuple(positions.shape)}"
+        )
+    if positions.dim() == 2 and (x.dim() < 4 or positions.shape[0] not in (1, x.shape[-4])):
+        raise ValueError(
+            "positions of shape (B, N) need x of shape (B, H, N, d) with the same B, got "
+            f"positions {tuple(positions.shape)} and x {tuple(x.shape)}"
+        )
+    if positions.numel() and int(positions.min()) < 0:
+        raise ValueError(f"positions must be >= 0, got a minimum of {int(positions.min())}")
+    if positions.numel() and int(positions.max()) >= cos.shape[0]:
+        raise ValueError(
+            f"positions must be < {cos.shape[0]}, the length of the cos/sin cache (build it "
+            f"with n_positions > {int(positions.max())}), got a maximum of {int(positions.max())}"
+        )
+
+
+def _check_qk(q: torch.Tensor, k: torch.Tensor, d_head: int) -> None:
+    """Raise a clear error unless q (..., N, d) and k (..., M, d) are one dtype and device."""
+    for name, t in (("q", q), ("k", k)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if not t.is_floating_point():
+            raise TypeError(f"{name} must have a floating dtype, got {t.dtype}")
+        if t.dim() < 2 or t.shape[-1] != d_head:
+            raise ValueError(
+                f"{name} must have shape (..., length, d_head) with d_head={d_head}, "
+                f"got shape {tuple(t.shape)}"
+            )
+    if q.dtype != k.dtype:
+        raise TypeError(f"q and k must share one dtype, got {q.dtype} and {k.dtype}")
+    if q.device != k.device:
+        raise ValueError(f"q and k must be on one device, got {q.device} and {k.device}")
+# --8<-- [end:validate]
 
 
 # --8<-- [start:apply]
@@ -95,34 +170,10 @@ def apply_rotary(
     Returns:
         A tensor like x.
     """
-    for name, t in (("x", x), ("cos", cos), ("sin", sin)):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-    if not x.is_floating_point():
-        raise TypeError(f"x must have a floating dtype, got {x.dtype}")
-    if x.dim() < 2:
-        raise ValueError(f"x must have at least 2 dimensions (..., N, d), got shape {tuple(x.shape)}")
+    _check_rotary_inputs(x, cos, sin, positions)
     n, d = x.shape[-2], x.shape[-1]
-    if cos.shape != sin.shape or cos.dim() != 2 or 2 * cos.shape[-1] != d:
-        raise ValueError(
-            f"cos and sin must both be (P, d/2) = (P, {d // 2}) for a head of width "
-            f"d={d}, got {tuple(cos.shape)} and {tuple(sin.shape)}"
-        )
     if positions is None:
         positions = torch.arange(n, device=x.device)  # (N,)
-    if positions.dtype.is_floating_point or positions.dtype == torch.bool:
-        raise TypeError(f"positions must hold integers, got {positions.dtype}")
-    if positions.dim() not in (1, 2) or positions.shape[-1] != n:
-        raise ValueError(
-            f"positions must be (N,) or (B, N) with N={n}, got {tuple(positions.shape)}"
-        )
-    if positions.numel() and int(positions.min()) < 0:
-        raise ValueError(f"positions must be >= 0, got a minimum of {int(positions.min())}")
-    if positions.numel() and int(positions.max()) >= cos.shape[0]:
-        raise ValueError(
-            f"positions go up to {int(positions.max())} but the cache holds only "
-            f"{cos.shape[0]} positions; build it with n_positions > {int(positions.max())}"
-        )
 
     dtype = x.dtype
     # Rotate in float32 for half-precision inputs; cast back at the end.
@@ -181,6 +232,7 @@ class RotaryEmbedding(nn.Module):
         (lower-right alignment, as for a KV cache whose keys are all passed in);
         ``offset`` shifts everything, e.g. for a sequence that starts mid-stream.
         """
+        _check_qk(q, k, self.d_head)
         n, m = q.shape[-2], k.shape[-2]
         if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
             raise ValueError(f"offset must be a non-negative int, got {offset!r}")

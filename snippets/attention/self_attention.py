@@ -42,10 +42,19 @@ def _check_seq(x: torch.Tensor, name: str, width: int) -> None:
         )
 
 
+def _check_like_module(name: str, t: torch.Tensor, weight: torch.Tensor) -> None:
+    """Raise unless t has the device (and, outside autocast, the dtype) of the module's weight."""
+    if t.device != weight.device:
+        raise ValueError(f"{name} must be on the module's device {weight.device}, got {t.device}")
+    autocast = torch.amp.is_autocast_available(t.device.type) and torch.is_autocast_enabled(t.device.type)
+    if t.dtype != weight.dtype and not autocast:
+        raise TypeError(f"{name} must have the module's dtype {weight.dtype}, got {t.dtype}")
+
+
 def _check_mask_shape(
-    mask: torch.Tensor, name: str, shape: tuple[int, ...], dtype: torch.dtype
+    mask: torch.Tensor, name: str, shape: tuple[int, ...], dtype: torch.dtype, device: torch.device
 ) -> None:
-    """Raise a clear error unless mask is bool (or ``dtype``) and broadcasts to shape."""
+    """Raise a clear error unless mask is bool (or ``dtype``) on device and broadcasts to shape."""
     if not isinstance(mask, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor or None, got {type(mask).__name__}")
     if mask.dtype != torch.bool and mask.dtype != dtype:
@@ -53,6 +62,8 @@ def _check_mask_shape(
             f"{name} must be torch.bool (True = may attend) or {dtype} "
             f"(added to the scores), got {mask.dtype}"
         )
+    if mask.device != device:
+        raise ValueError(f"{name} must be on the device of the inputs {device}, got {mask.device}")
     try:
         ok = torch.broadcast_shapes(mask.shape, shape) == shape
     except RuntimeError:
@@ -151,9 +162,10 @@ class SelfAttention(nn.Module):
             without ``project_out``); ``weights`` is ``(B, N, N)``.
         """
         _check_seq(x, "x", self.d_model)
+        _check_like_module("x", x, self.q_proj.weight)
         b, n, _ = x.shape
         if attn_mask is not None:
-            _check_mask_shape(attn_mask, "attn_mask", (b, n, n), x.dtype)
+            _check_mask_shape(attn_mask, "attn_mask", (b, n, n), x.dtype, x.device)
         q = self.q_proj(x)  # (B, N, D) -> (B, N, d_k)
         k = self.k_proj(x)  # (B, N, D) -> (B, N, d_k)
         v = self.v_proj(x)  # (B, N, D) -> (B, N, d_v)

@@ -28,6 +28,85 @@ from torch import nn
 __all__ = ["kv_cache_bytes", "KVCache", "CachedSelfAttention", "TinyDecoder", "generate"]
 
 
+# --8<-- [start:validate]
+def _check_ints(minimum: int, **values: object) -> None:
+    for name, value in values.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
+
+
+def _check_float_dtype(dtype: object) -> None:
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise TypeError(f"dtype must be a floating torch.dtype, got {dtype!r}")
+
+
+def _check_like_module(name: str, t: torch.Tensor, weight: torch.Tensor) -> None:
+    """Raise unless t has the device (and, outside autocast, the dtype) of the module's weight."""
+    if t.device != weight.device:
+        raise ValueError(f"{name} must be on the module's device {weight.device}, got {t.device}")
+    autocast = torch.amp.is_autocast_available(t.device.type) and torch.is_autocast_enabled(t.device.type)
+    if t.dtype != weight.dtype and not autocast:
+        raise TypeError(f"{name} must have the module's dtype {weight.dtype}, got {t.dtype}")
+
+
+def _check_ids(
+    name: str, ids: object, vocab_size: int | None = None, device: torch.device | None = None
+) -> tuple[int, int]:
+    """Raise unless ``ids`` is a (B, N) integer tensor of ids in [0, vocab_size); return (B, N)."""
+    if not isinstance(ids, torch.Tensor) or ids.dtype not in (torch.int64, torch.int32):
+        got = ids.dtype if isinstance(ids, torch.Tensor) else type(ids).__name__
+        raise TypeError(f"{name} must be an int64 or int32 tensor of token ids, got {got}")
+    if ids.dim() != 2:
+        raise ValueError(f"{name} must have shape (B, N), got {tuple(ids.shape)}")
+    if device is not None and ids.device != device:
+        raise ValueError(f"{name} must be on the model's device {device}, got {ids.device}")
+    if vocab_size is not None and bool(((ids < 0) | (ids >= vocab_size)).any()):  # one sync
+        raise ValueError(
+            f"{name} must lie in [0, vocab_size={vocab_size}), "
+            f"got ids from {int(ids.min())} to {int(ids.max())}"
+        )
+    return ids.shape[0], ids.shape[1]
+
+
+def _check_layer(layer: object, n_layers: int) -> None:
+    if isinstance(layer, bool) or not isinstance(layer, int) or not 0 <= layer < n_layers:
+        raise ValueError(f"layer must be an int in [0, {n_layers}), got {layer!r}")
+
+
+def _check_new_kv(k: object, v: object, buffer: torch.Tensor) -> None:
+    """Raise unless k and v are (B, H_kv, N, d) tensors that fit the cache's ``buffer``."""
+    b, h, _, d = buffer.shape
+    for name, t in (("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dtype != buffer.dtype or t.device != buffer.device:
+            raise TypeError(
+                f"{name} must have the cache's dtype {buffer.dtype} on {buffer.device}, "
+                f"got {t.dtype} on {t.device}"
+            )
+    if k.dim() != 4 or k.shape[:2] != (b, h) or k.shape[-1] != d or v.shape != k.shape:
+        raise ValueError(
+            f"k and v must have shape (B, H_kv, N, d) = ({b}, {h}, N, {d}), "
+            f"got k {tuple(k.shape)} and v {tuple(v.shape)}"
+        )
+
+
+def _check_cache(cache: object, layer: object, x: torch.Tensor, weight: torch.Tensor) -> None:
+    """Raise unless ``cache`` is None or a KVCache whose ``layer`` can take x's keys."""
+    if cache is None:
+        return
+    if not isinstance(cache, KVCache):
+        raise TypeError(f"cache must be a KVCache or None, got {type(cache).__name__}")
+    _check_layer(layer, len(cache.k))
+    buffer = cache.k[layer]
+    if buffer.shape[0] != x.shape[0] or buffer.dtype != weight.dtype or buffer.device != weight.device:
+        raise ValueError(
+            f"cache must hold x's batch size B={x.shape[0]} in the module's dtype {weight.dtype} "
+            f"on {weight.device}, got B={buffer.shape[0]}, {buffer.dtype} on {buffer.device}"
+        )
+# --8<-- [end:validate]
+
+
 # --8<-- [start:bytes]
 def kv_cache_bytes(
     batch: int,
@@ -85,6 +164,7 @@ class KVCache:
                             ("d_head", d_head), ("max_len", max_len)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
+        _check_float_dtype(dtype)
         shape = (batch, n_kv_heads, max_len, d_head)
         self.k = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(n_layers)]
         self.v = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(n_layers)]
@@ -112,18 +192,15 @@ class KVCache:
             ``(k_all, v_all)``, views of shape ``(B, H_kv, M, d)`` with
             M = previous length + N.
         """
+        _check_layer(layer, len(self.k))
+        _check_new_kv(k, v, self.k[layer])
         start, n = self.lengths[layer], k.shape[-2]
         if start + n > self.max_len:
             raise ValueError(
-                f"the cache holds max_len={self.max_len} tokens; layer {layer} has {start} "
-                f"and got {n} more"
+                f"k and v do not fit: the cache holds max_len={self.max_len} tokens; layer {layer} "
+                f"has {start} and got {n} more"
             )
         buf_k, buf_v = self.k[layer], self.v[layer]
-        if k.shape[:2] != buf_k.shape[:2] or k.shape[-1] != buf_k.shape[-1] or v.shape != k.shape:
-            raise ValueError(
-                f"k and v must have shape (B, H_kv, N, d) = ({buf_k.shape[0]}, {buf_k.shape[1]}, "
-                f"N, {buf_k.shape[3]}), got k {tuple(k.shape)} and v {tuple(v.shape)}"
-            )
         buf_k[:, :, start : start + n] = k  # write in place: no copy of the past
         buf_v[:, :, start : start + n] = v
         self.lengths[layer] = start + n
@@ -183,6 +260,8 @@ class CachedSelfAttention(nn.Module):
         if not isinstance(x, torch.Tensor) or x.dim() != 3 or x.shape[-1] != self.q_proj.in_features:
             got = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
             raise ValueError(f"x must have shape (B, N, D) with D = {self.q_proj.in_features}, got {got}")
+        _check_like_module("x", x, self.q_proj.weight)
+        _check_cache(cache, layer, x, self.q_proj.weight)
         B, N, D = x.shape
         q = self.q_proj(x).view(B, N, self.n_heads, self.d_head).transpose(1, 2)  # (B, N, D) -> (B, H, N, d)
         k = self.k_proj(x).view(B, N, self.n_kv_heads, self.d_head).transpose(1, 2)  # (B, N, D) -> (B, H_kv, N, d)
@@ -229,6 +308,7 @@ class TinyDecoder(nn.Module):
     def __init__(self, vocab_size: int, d_model: int, n_heads: int, n_layers: int,
                  *, n_kv_heads: int | None = None, max_len: int = 512) -> None:
         super().__init__()
+        _check_ints(1, vocab_size=vocab_size, d_model=d_model, n_layers=n_layers, max_len=max_len)
         self.max_len = max_len
         self.embed = nn.Embedding(vocab_size, d_model)
         self.pos = nn.Embedding(max_len, d_model)
@@ -252,14 +332,14 @@ class TinyDecoder(nn.Module):
     # --8<-- [start:decoder]
     def forward(self, tokens: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
         """Logits for every position of ``tokens``, continuing ``cache`` if given."""
-        if not isinstance(tokens, torch.Tensor) or tokens.dim() != 2 or tokens.is_floating_point():
-            got = f"{tuple(tokens.shape)} {tokens.dtype}" if isinstance(tokens, torch.Tensor) else type(tokens).__name__
-            raise ValueError(f"tokens must be a (B, N) tensor of integer ids, got {got}")
-        B, N = tokens.shape
+        B, N = _check_ids("tokens", tokens, self.embed.num_embeddings, self.embed.weight.device)
+        if cache is not None and not isinstance(cache, KVCache):
+            raise TypeError(f"cache must be a KVCache or None, got {type(cache).__name__}")
         start = cache.seq_len() if cache is not None else 0  # positions continue after the cache
         if start + N > self.max_len:
             raise ValueError(
-                f"positions run to {start + N}, beyond max_len={self.max_len} of the position table"
+                f"tokens must fit the position table: positions run to {start + N}, beyond "
+                f"max_len={self.max_len}; got N={N} after {start} cached"
             )
         pos = torch.arange(start, start + N, device=tokens.device)  # (N,)
         x = self.embed(tokens) + self.pos(pos)  # (B, N) -> (B, N, D)
@@ -285,6 +365,9 @@ def generate(model: TinyDecoder, prompt: torch.Tensor, n_new: int, *, use_cache:
     Returns:
         ``(B, N0 + n_new)`` token ids.
     """
+    if not isinstance(model, TinyDecoder):
+        raise TypeError(f"model must be a TinyDecoder, got {type(model).__name__}")
+    _check_ids("prompt", prompt, model.embed.num_embeddings, model.embed.weight.device)
     if isinstance(n_new, bool) or not isinstance(n_new, int) or n_new < 0:
         raise ValueError(f"n_new must be a non-negative int, got {n_new!r}")
     tokens = prompt

@@ -31,11 +31,19 @@ def feature_map(x: torch.Tensor) -> torch.Tensor:
     Shape:
         Elementwise: ``(..., d)`` -> ``(..., d)``.
     """
+    _check_floating("x", x)
     return F.elu(x) + 1.0
 # --8<-- [end:feature_map]
 
 
 # --8<-- [start:validate]
+def _check_floating(name: str, t: torch.Tensor) -> None:
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if not t.is_floating_point():
+        raise TypeError(f"{name} must have a floating dtype, got {t.dtype}")
+
+
 def _check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
     """Raise a clear error unless q, k, v can be attended together."""
     for name, t in (("q", q), ("k", k), ("v", v)):
@@ -52,6 +60,10 @@ def _check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         raise TypeError(
             f"q, k and v must share one dtype, got {q.dtype}, {k.dtype} and {v.dtype}"
         )
+    if not (q.device == k.device == v.device):
+        raise ValueError(
+            f"q, k and v must be on one device, got {q.device}, {k.device} and {v.device}"
+        )
     if q.shape[-1] != k.shape[-1]:
         raise ValueError(
             f"q and k must have the same last dimension d, got q {tuple(q.shape)} "
@@ -62,13 +74,64 @@ def _check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
             f"k and v must have the same length M (dimension -2), got k "
             f"{tuple(k.shape)} and v {tuple(v.shape)}"
         )
+    try:  # the leading (batch, head) dimensions pair up as in torch.matmul
+        torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    except RuntimeError:
+        raise ValueError(
+            "q, k and v must have leading (batch, head) dimensions that broadcast, "
+            f"got q {tuple(q.shape)}, k {tuple(k.shape)} and v {tuple(v.shape)}"
+        ) from None
 
 
 def _check_linear_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, eps: float) -> None:
     """Raise a clear error unless q, k, v can be attended together and eps >= 0."""
     _check_qkv(q, k, v)
+    _check_eps(eps)
+
+
+def _check_eps(eps: float) -> None:
     if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not eps >= 0:
         raise ValueError(f"eps must be a float >= 0, got {eps!r}")
+
+
+def _check_step_inputs(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    state: tuple[torch.Tensor, torch.Tensor] | None,
+    eps: float,
+) -> None:
+    """Raise a clear error unless q, k (..., d), v (..., d_v) and state make one step."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        _check_floating(name, t)
+        if t.dim() < 1:
+            raise ValueError(f"{name} must have at least 1 dimension (..., width), got shape ()")
+    if not (q.dtype == k.dtype == v.dtype):
+        raise TypeError(f"q, k and v must share one dtype, got {q.dtype}, {k.dtype} and {v.dtype}")
+    if not (q.device == k.device == v.device):
+        raise ValueError(
+            f"q, k and v must be on one device, got {q.device}, {k.device} and {v.device}"
+        )
+    if q.shape != k.shape or v.shape[:-1] != k.shape[:-1]:
+        raise ValueError(
+            "q and k must have one shape (B, H, d) and v the same (B, H) with any width, "
+            f"got q {tuple(q.shape)}, k {tuple(k.shape)} and v {tuple(v.shape)}"
+        )
+    _check_eps(eps)
+    if state is None:
+        return
+    if not isinstance(state, (tuple, list)) or len(state) != 2 or not all(
+        isinstance(t, torch.Tensor) for t in state
+    ):
+        got = type(state).__name__ if not isinstance(state, (tuple, list)) else [type(t).__name__ for t in state]
+        raise TypeError(f"state must be None or a pair of tensors (S, z), got {got}")
+    acc = torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype
+    for name, t in zip(("S", "z"), state):
+        if t.dtype != acc or t.device != q.device:
+            raise TypeError(
+                f"state tensor {name} must have dtype {acc} on {q.device} (as the step "
+                f"returns it), got {t.dtype} on {t.device}"
+            )
 # --8<-- [end:validate]
 
 
@@ -103,8 +166,8 @@ def linear_attention(
     n, m = q.shape[-2], k.shape[-2]
     if causal and n > m:
         raise ValueError(
-            f"causal linear attention needs N <= M (queries are the last N of the "
-            f"M positions), got N={n} and M={m}"
+            f"causal linear attention needs N <= M (q no longer than k: the queries are "
+            f"the last N of the M positions), got N={n} and M={m}"
         )
     # Sums over many keys in float32 for half-precision inputs: the state grows
     # with the sequence and would overflow float16's 65504.
@@ -158,7 +221,7 @@ def linear_attention_step(
         same shapes whatever the step, which is the point: memory does not
         grow with the sequence as a KV cache does.
     """
-    _check_linear_inputs(q, k, v, eps)
+    _check_step_inputs(q, k, v, state, eps)
     acc = torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype
     phi_q = feature_map(q.to(acc))  # (B, H, d)
     phi_k = feature_map(k.to(acc))  # (B, H, d)

@@ -51,6 +51,10 @@ def _check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         raise TypeError(
             f"q, k and v must share one dtype, got {q.dtype}, {k.dtype} and {v.dtype}"
         )
+    if not (q.device == k.device == v.device):
+        raise ValueError(
+            f"q, k and v must be on one device, got {q.device}, {k.device} and {v.device}"
+        )
     if q.shape[-1] != k.shape[-1]:
         raise ValueError(
             f"q and k must have the same last dimension d, got q {tuple(q.shape)} "
@@ -61,6 +65,13 @@ def _check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
             f"k and v must have the same length M (dimension -2), got k "
             f"{tuple(k.shape)} and v {tuple(v.shape)}"
         )
+    try:  # the leading (batch, head) dimensions pair up as in torch.matmul
+        torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    except RuntimeError:
+        raise ValueError(
+            "q, k and v must have leading (batch, head) dimensions that broadcast, "
+            f"got q {tuple(q.shape)}, k {tuple(k.shape)} and v {tuple(v.shape)}"
+        ) from None
 
 
 def _check_band_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:

@@ -55,6 +55,7 @@ def online_softmax(x: torch.Tensor, *, block_size: int = 1) -> torch.Tensor:
     Shape:
         ``(..., M) -> (..., M)``.
     """
+    _check_scores(x)
     _check_block("block_size", block_size)
     *lead, m_len = x.shape
     m = x.new_full((*lead, 1), float("-inf"))  # running max, (..., 1)
@@ -81,6 +82,25 @@ def _check_block(name: str, value: int | None, allow_none: bool = False) -> None
         raise ValueError(f"{name} must be {expected}, got {value!r}")
 
 
+def _check_scale(scale: float | None) -> None:
+    if scale is not None and (
+        isinstance(scale, bool)
+        or not isinstance(scale, (int, float))
+        or not (math.isfinite(scale) and scale > 0)
+    ):
+        raise ValueError(f"scale must be a positive finite float or None, got {scale!r}")
+
+
+def _check_scores(x: torch.Tensor) -> None:
+    """Raise a clear error unless x is a floating tensor with a last dimension."""
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
+    if not x.is_floating_point():
+        raise TypeError(f"x must have a floating dtype, got {x.dtype}")
+    if x.dim() < 1:
+        raise ValueError(f"x must have at least 1 dimension (..., M), got shape {tuple(x.shape)}")
+
+
 def _check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
     """Raise a clear error unless q, k, v can be attended together."""
     for name, t in (("q", q), ("k", k), ("v", v)):
@@ -97,6 +117,10 @@ def _check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         raise TypeError(
             f"q, k and v must share one dtype, got {q.dtype}, {k.dtype} and {v.dtype}"
         )
+    if not (q.device == k.device == v.device):
+        raise ValueError(
+            f"q, k and v must be on one device, got {q.device}, {k.device} and {v.device}"
+        )
     if q.shape[-1] != k.shape[-1]:
         raise ValueError(
             f"q and k must have the same last dimension d, got q {tuple(q.shape)} "
@@ -107,6 +131,13 @@ def _check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
             f"k and v must have the same length M (dimension -2), got k "
             f"{tuple(k.shape)} and v {tuple(v.shape)}"
         )
+    try:  # the leading (batch, head) dimensions pair up as in torch.matmul
+        torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    except RuntimeError:
+        raise ValueError(
+            "q, k and v must have leading (batch, head) dimensions that broadcast, "
+            f"got q {tuple(q.shape)}, k {tuple(k.shape)} and v {tuple(v.shape)}"
+        ) from None
 # --8<-- [end:validate]
 
 
@@ -144,11 +175,10 @@ def tiled_attention(
     _check_qkv(q, k, v)
     _check_block("block_size_k", block_size_k)
     _check_block("block_size_q", block_size_q, allow_none=True)
+    _check_scale(scale)
     n, m_len, d = q.shape[-2], k.shape[-2], q.shape[-1]
     if scale is None:
         scale = 1.0 / math.sqrt(d)
-    elif isinstance(scale, bool) or not (math.isfinite(scale) and scale > 0):
-        raise ValueError(f"scale must be a positive finite float or None, got {scale!r}")
     block_size_q = block_size_q or max(n, 1)
     acc = torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype
     offset = m_len - n  # lower-right alignment: query i sees keys j <= i + offset

@@ -104,6 +104,21 @@ def _check_bool(mask: torch.Tensor, name: str) -> None:
         raise TypeError(f"{name} must have dtype torch.bool, got {mask.dtype}")
 
 
+def _check_pair(attn_mask: torch.Tensor, keys: torch.Tensor) -> None:
+    """Raise unless attn_mask (.., N, M) and keys (B, 1, 1, M) combine on one device."""
+    if attn_mask.device != keys.device:
+        raise ValueError(
+            f"attn_mask and key_mask must be on one device, got {attn_mask.device} and {keys.device}"
+        )
+    try:
+        torch.broadcast_shapes(attn_mask.shape, keys.shape)
+    except RuntimeError:
+        raise ValueError(
+            "attn_mask must broadcast with key_mask seen as (B, 1, 1, M) = "
+            f"{tuple(keys.shape)} (same B, same M), got attn_mask {tuple(attn_mask.shape)}"
+        ) from None
+
+
 def key_mask_to_attn_mask(key_mask: torch.Tensor) -> torch.Tensor:
     """Turn a per-key mask into an attention mask over (B, H, N, M).
 
@@ -150,12 +165,7 @@ def combine_masks(
     keys = key_mask_to_attn_mask(key_mask)  # (B, 1, 1, M)
     if attn_mask is None:
         return keys
-    if attn_mask.shape[-1] != keys.shape[-1]:
-        raise ValueError(
-            f"attn_mask has M = {attn_mask.shape[-1]} keys but key_mask has "
-            f"M = {keys.shape[-1]} (shapes {tuple(attn_mask.shape)} and "
-            f"{tuple(key_mask.shape)}); they must agree"
-        )
+    _check_pair(attn_mask, keys)
     return attn_mask & keys  # (N, M) & (B, 1, 1, M) -> (B, 1, N, M)
 # --8<-- [end:broadcast]
 
@@ -177,8 +187,8 @@ def bool_to_additive(
         A tensor of ``mask``'s shape: 0 where True, -inf where False.
     """
     _check_bool(mask, "mask")
-    if not dtype.is_floating_point:
-        raise TypeError(f"dtype must be a floating dtype, got {dtype}")
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise TypeError(f"dtype must be a floating dtype, got {dtype!r}")
     zeros = torch.zeros(mask.shape, dtype=dtype, device=mask.device)
     return zeros.masked_fill(~mask, float("-inf"))
 

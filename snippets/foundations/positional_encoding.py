@@ -45,6 +45,32 @@ def _check_even_d_model(d_model: object) -> None:
         raise ValueError(f"d_model must be even (sin and cos pairs), got {d_model}")
 
 
+def _check_base(base: object) -> None:
+    if isinstance(base, bool) or not isinstance(base, (int, float)) or not base > 1:
+        raise ValueError(f"base must be a number > 1, got {base!r}")
+
+
+def _check_float_dtype(dtype: object) -> None:
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise TypeError(f"dtype must be a floating torch.dtype, got {dtype!r}")
+
+
+def _check_dropout(name: str, p: float) -> None:
+    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p < 1.0:
+        raise ValueError(f"{name} must be a float in [0, 1), got {p!r}")
+
+
+def _check_x(x: object, d_model: int, device: torch.device | None = None) -> None:
+    """Raise unless x is a floating (B, N, d_model) tensor (on ``device``, if given)."""
+    if not isinstance(x, torch.Tensor) or x.dim() != 3 or x.shape[-1] != d_model:
+        shape = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+        raise ValueError(f"x must have shape (B, N, D) with D={d_model}, got {shape}")
+    if not x.is_floating_point():
+        raise TypeError(f"x must have a floating dtype, got {x.dtype}")
+    if device is not None and x.device != device:
+        raise ValueError(f"x must be on the module's device {device}, got {x.device}")
+
+
 # --8<-- [start:sinusoidal]
 def sinusoidal_positional_encoding(
     n_positions: int,
@@ -75,6 +101,8 @@ def sinusoidal_positional_encoding(
     _check_even_d_model(d_model)
     if isinstance(start, bool) or not isinstance(start, int) or start < 0:
         raise ValueError(f"start must be a non-negative int, got {start!r}")
+    _check_base(base)
+    _check_float_dtype(dtype)
     # float64: pos * w_i loses the low digits of large positions in float32.
     pos = torch.arange(start, start + n_positions, dtype=torch.float64, device=device)  # (N,)
     two_i = torch.arange(0, d_model, 2, dtype=torch.float64, device=device)  # (D/2,)
@@ -106,6 +134,8 @@ def offset_rotation(k: int, d_model: int, *, base: float = 10000.0, dtype: torch
     if isinstance(k, bool) or not isinstance(k, int):
         raise ValueError(f"k must be an int offset, got {k!r}")
     _check_even_d_model(d_model)
+    _check_base(base)
+    _check_float_dtype(dtype)
     two_i = torch.arange(0, d_model, 2, dtype=torch.float64)  # (D/2,)
     theta = k * base ** (-two_i / d_model)  # k * w_i, (D/2,)
     cos, sin = theta.cos(), theta.sin()
@@ -130,15 +160,13 @@ class SinusoidalPositionalEncoding(nn.Module):
     def __init__(self, d_model: int, *, dropout: float = 0.0, base: float = 10000.0) -> None:
         super().__init__()
         _check_even_d_model(d_model)
-        if isinstance(dropout, bool) or not (0.0 <= float(dropout) < 1.0):
-            raise ValueError(f"dropout must be a float in [0, 1), got {dropout!r}")
+        _check_dropout("dropout", dropout)
+        _check_base(base)
         self.d_model, self.base, self.dropout = d_model, base, float(dropout)
 
     def forward(self, x: torch.Tensor, *, start: int = 0) -> torch.Tensor:
         """Add the encoding of positions ``start .. start + N - 1`` to ``x`` (B, N, D)."""
-        if not isinstance(x, torch.Tensor) or x.dim() != 3 or x.shape[-1] != self.d_model:
-            shape = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
-            raise ValueError(f"x must have shape (B, N, D) with D={self.d_model}, got {shape}")
+        _check_x(x, self.d_model)
         b, n, d = x.shape
         pe = sinusoidal_positional_encoding(n, d, start=start, base=self.base, dtype=x.dtype, device=x.device)  # (N, D)
         dropout_p = self.dropout if self.training else 0.0
@@ -164,17 +192,14 @@ class LearnedPositionalEncoding(nn.Module):
         super().__init__()
         _check_positive_int("max_len", max_len)
         _check_positive_int("d_model", d_model)
-        if isinstance(dropout, bool) or not (0.0 <= float(dropout) < 1.0):
-            raise ValueError(f"dropout must be a float in [0, 1), got {dropout!r}")
+        _check_dropout("dropout", dropout)
         self.embedding = nn.Embedding(max_len, d_model)
         nn.init.normal_(self.embedding.weight, std=0.02)  # small, so words dominate at the start
         self.max_len, self.d_model, self.dropout = max_len, d_model, float(dropout)
 
     def forward(self, x: torch.Tensor, *, start: int = 0) -> torch.Tensor:
         """Add the learned vectors of positions ``start .. start + N - 1`` to ``x`` (B, N, D)."""
-        if not isinstance(x, torch.Tensor) or x.dim() != 3 or x.shape[-1] != self.d_model:
-            shape = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
-            raise ValueError(f"x must have shape (B, N, D) with D={self.d_model}, got {shape}")
+        _check_x(x, self.d_model, self.embedding.weight.device)
         b, n, d = x.shape
         if isinstance(start, bool) or not isinstance(start, int) or start < 0:
             raise ValueError(f"start must be a non-negative int, got {start!r}")

@@ -69,6 +69,10 @@ def _check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         raise TypeError(
             f"q, k and v must share one dtype, got {q.dtype}, {k.dtype} and {v.dtype}"
         )
+    if not (q.device == k.device == v.device):
+        raise ValueError(
+            f"q, k and v must be on one device, got {q.device}, {k.device} and {v.device}"
+        )
     if q.shape[-1] != k.shape[-1]:
         raise ValueError(
             f"q and k must have the same last dimension d, got q {tuple(q.shape)} "
@@ -79,29 +83,53 @@ def _check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
             f"k and v must have the same length M (dimension -2), got k "
             f"{tuple(k.shape)} and v {tuple(v.shape)}"
         )
+    try:  # the leading (batch, head) dimensions pair up as in torch.matmul
+        torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    except RuntimeError:
+        raise ValueError(
+            "q, k and v must have leading (batch, head) dimensions that broadcast, "
+            f"got q {tuple(q.shape)}, k {tuple(k.shape)} and v {tuple(v.shape)}"
+        ) from None
 
 
-def _check_mask(
-    attn_mask: torch.Tensor, n_queries: int, n_keys: int, dtype: torch.dtype
-) -> None:
-    """Raise a clear error unless attn_mask is a bool or float mask over (N, M)."""
+def _check_mask(attn_mask: torch.Tensor, q: torch.Tensor, k: torch.Tensor) -> None:
+    """Raise a clear error unless attn_mask is a bool or float mask over the scores."""
     if not isinstance(attn_mask, torch.Tensor):
         raise TypeError(
             f"attn_mask must be a torch.Tensor or None, got {type(attn_mask).__name__}"
         )
-    if attn_mask.dtype != torch.bool and attn_mask.dtype != dtype:
+    if attn_mask.dtype != torch.bool and attn_mask.dtype != q.dtype:
         raise TypeError(
-            f"attn_mask must be torch.bool (True = may attend) or {dtype} "
+            f"attn_mask must be torch.bool (True = may attend) or {q.dtype} "
             f"(added to the scores), got {attn_mask.dtype}"
         )
-    if attn_mask.dim() < 2 or any(
-        got not in (1, want)
-        for got, want in zip(attn_mask.shape[-2:], (n_queries, n_keys))
-    ):
+    if attn_mask.device != q.device:
+        raise ValueError(f"attn_mask must be on q's device {q.device}, got {attn_mask.device}")
+    # The scores are (..., N, M) with q's and k's leading dimensions broadcast together.
+    scores = (*torch.broadcast_shapes(q.shape[:-2], k.shape[:-2]), q.shape[-2], k.shape[-2])
+    try:
+        fits = torch.broadcast_shapes(attn_mask.shape, scores) == scores
+    except RuntimeError:
+        fits = False
+    if not fits:
         raise ValueError(
-            f"attn_mask must broadcast to (..., N, M) = (..., {n_queries}, {n_keys}), "
+            f"attn_mask must broadcast to the scores (..., N, M) = {scores}, "
             f"got shape {tuple(attn_mask.shape)}"
         )
+
+
+def _check_scale(scale: float | None) -> None:
+    if scale is not None and (
+        isinstance(scale, bool)
+        or not isinstance(scale, (int, float))
+        or not (math.isfinite(scale) and scale > 0)
+    ):
+        raise ValueError(f"scale must be a positive finite float or None, got {scale!r}")
+
+
+def _check_dropout(name: str, p: float) -> None:
+    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p < 1.0:
+        raise ValueError(f"{name} must be a float in [0, 1), got {p!r}")
 # --8<-- [end:validate]
 
 
@@ -147,13 +175,11 @@ def scaled_dot_product_attention(
             "(fold the causal triangle into attn_mask if you need both)"
         )
     if attn_mask is not None:
-        _check_mask(attn_mask, n, m, q.dtype)
-    if isinstance(dropout_p, bool) or not (0.0 <= float(dropout_p) < 1.0):
-        raise ValueError(f"dropout_p must be a float in [0, 1), got {dropout_p!r}")
+        _check_mask(attn_mask, q, k)
+    _check_dropout("dropout_p", dropout_p)
+    _check_scale(scale)
     if scale is None:
         scale = 1.0 / math.sqrt(d)
-    elif isinstance(scale, bool) or not (math.isfinite(scale) and scale > 0):
-        raise ValueError(f"scale must be a positive finite float or None, got {scale!r}")
 
     # Half-precision inputs are scored and normalised in float32: a product of
     # two large fp16 entries overflows 65504 long before softmax can help.

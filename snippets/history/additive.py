@@ -28,6 +28,7 @@ This file needs only torch and the standard library: copy it into a project.
 from __future__ import annotations
 
 import random
+from collections.abc import Iterable
 
 import torch
 from torch import nn
@@ -47,8 +48,10 @@ __all__ = [
 
 
 # --8<-- [start:check_key_mask]
-def _check_key_mask(key_mask: torch.Tensor | None, batch: int, n_keys: int) -> None:
-    """Raise a clear error unless key_mask is None or a (B, M) bool tensor."""
+def _check_key_mask(
+    key_mask: torch.Tensor | None, batch: int, n_keys: int, device: torch.device
+) -> None:
+    """Raise a clear error unless key_mask is None or a (B, M) bool tensor on device."""
     if key_mask is None:
         return
     if not isinstance(key_mask, torch.Tensor):
@@ -64,7 +67,119 @@ def _check_key_mask(key_mask: torch.Tensor | None, batch: int, n_keys: int) -> N
             f"key_mask must have shape (B, M) = ({batch}, {n_keys}), "
             f"got {tuple(key_mask.shape)}"
         )
+    if key_mask.device != device:
+        raise ValueError(
+            f"key_mask must be on the device of the inputs {device}, got {key_mask.device}"
+        )
 # --8<-- [end:check_key_mask]
+
+
+# --8<-- [start:validate]
+def _check_like_module(name: str, t: torch.Tensor, weight: torch.Tensor) -> None:
+    """Raise unless t has the device (and, outside autocast, the dtype) of the module's weight."""
+    if t.device != weight.device:
+        raise ValueError(f"{name} must be on the module's device {weight.device}, got {t.device}")
+    autocast = torch.amp.is_autocast_available(t.device.type) and torch.is_autocast_enabled(t.device.type)
+    if t.dtype != weight.dtype and not autocast:
+        raise TypeError(f"{name} must have the module's dtype {weight.dtype}, got {t.dtype}")
+
+
+def _check_ints(minimum: int, **values: object) -> None:
+    for name, value in values.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
+
+
+def _check_alignment_inputs(
+    query: torch.Tensor,
+    keys: torch.Tensor,
+    key_mask: torch.Tensor | None,
+    projected_keys: torch.Tensor | None,
+    w_a: nn.Linear,
+    u_a: nn.Linear,
+) -> None:
+    """Raise a clear error unless query (B, N, query_dim) and keys (B, M, key_dim) fit W_a and U_a."""
+    for name, t in (("query", query), ("keys", keys)):
+        if not isinstance(t, torch.Tensor) or t.dim() != 3:
+            shape = tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
+            raise ValueError(f"{name} must be a 3-D tensor (B, length, width), got {shape}")
+    (b, n, dq), (bk, m, dk) = query.shape, keys.shape
+    if bk != b:
+        raise ValueError(f"query and keys must share the batch size B, got {b} and {bk}")
+    if dq != w_a.in_features:
+        raise ValueError(f"query must have width query_dim={w_a.in_features}, got {dq}")
+    if dk != u_a.in_features:
+        raise ValueError(f"keys must have width key_dim={u_a.in_features}, got {dk}")
+    _check_like_module("query", query, w_a.weight)
+    _check_like_module("keys", keys, u_a.weight)
+    _check_key_mask(key_mask, b, m, keys.device)
+    if projected_keys is not None:
+        if not isinstance(projected_keys, torch.Tensor):
+            raise TypeError(
+                f"projected_keys must be a torch.Tensor or None, got {type(projected_keys).__name__}"
+            )
+        if tuple(projected_keys.shape) != (b, m, u_a.out_features):
+            raise ValueError(
+                f"projected_keys must have shape (B, M, attn_dim) = ({b}, {m}, {u_a.out_features}), "
+                f"got {tuple(projected_keys.shape)}"
+            )
+        _check_like_module("projected_keys", projected_keys, u_a.weight)
+
+
+def _check_ids(
+    name: str, ids: object, vocab_size: int | None = None, device: torch.device | None = None
+) -> tuple[int, int]:
+    """Raise unless ``ids`` is a (B, N) integer tensor of ids in [0, vocab_size); return (B, N)."""
+    if not isinstance(ids, torch.Tensor) or ids.dtype not in (torch.int64, torch.int32):
+        got = ids.dtype if isinstance(ids, torch.Tensor) else type(ids).__name__
+        raise TypeError(f"{name} must be an int64 or int32 tensor of token ids, got {got}")
+    if ids.dim() != 2:
+        raise ValueError(f"{name} must have shape (B, N), got {tuple(ids.shape)}")
+    if device is not None and ids.device != device:
+        raise ValueError(f"{name} must be on the model's device {device}, got {ids.device}")
+    if vocab_size is not None and bool(((ids < 0) | (ids >= vocab_size)).any()):  # one sync
+        raise ValueError(
+            f"{name} must lie in [0, vocab_size={vocab_size}), "
+            f"got ids from {int(ids.min())} to {int(ids.max())}"
+        )
+    return ids.shape[0], ids.shape[1]
+
+
+def _check_source(
+    src: torch.Tensor, mask: torch.Tensor | None, embedding: nn.Embedding, mask_name: str
+) -> None:
+    """Raise unless src (B, M) holds ids for ``embedding`` and mask is its right-padded (B, M) mask."""
+    b, m = _check_ids("src", src, embedding.num_embeddings, embedding.weight.device)
+    if mask is None:
+        return
+    if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
+        got = mask.dtype if isinstance(mask, torch.Tensor) else type(mask).__name__
+        raise TypeError(f"{mask_name} must be a torch.bool tensor (True = real token), got {got}")
+    if tuple(mask.shape) != (b, m) or mask.device != src.device:
+        raise ValueError(
+            f"{mask_name} must have src's shape (B, M) = ({b}, {m}) and device {src.device}, "
+            f"got {tuple(mask.shape)} on {mask.device}"
+        )
+    lengths = mask.sum(dim=-1)  # (B,)
+    if bool((lengths == 0).any()):
+        raise ValueError(
+            f"{mask_name} must mark at least one real token in every sentence, "
+            f"got {lengths.tolist()} real tokens"
+        )
+    if not torch.equal(mask, torch.arange(m, device=src.device) < lengths.unsqueeze(-1)):
+        raise ValueError(
+            f"{mask_name} must be right-padded: True for a prefix of each row, then False; "
+            f"got {mask.int().tolist()}"
+        )
+
+
+def _check_model(name: str, model: object) -> None:
+    if not isinstance(model, nn.Module) or not hasattr(model, "greedy_decode"):
+        raise TypeError(
+            f"{name} must be a BahdanauSeq2Seq (an nn.Module with greedy_decode), "
+            f"got {type(model).__name__}"
+        )
+# --8<-- [end:validate]
 
 
 # --8<-- [start:score]
@@ -129,18 +244,7 @@ class AdditiveAttention(nn.Module):
         Returns:
             ``(context, weights)``: ``(B, N, key_dim)`` and ``(B, N, M)``.
         """
-        for name, t in (("query", query), ("keys", keys)):
-            if not isinstance(t, torch.Tensor) or t.dim() != 3:
-                shape = tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
-                raise ValueError(f"{name} must be a 3-D tensor (B, length, width), got {shape}")
-        (b, n, dq), (bk, m, dk) = query.shape, keys.shape
-        if bk != b:
-            raise ValueError(f"query and keys must share the batch size B, got {b} and {bk}")
-        if dq != self.w_a.in_features:
-            raise ValueError(f"query must have width query_dim={self.w_a.in_features}, got {dq}")
-        if dk != self.u_a.in_features:
-            raise ValueError(f"keys must have width key_dim={self.u_a.in_features}, got {dk}")
-        _check_key_mask(key_mask, b, m)
+        _check_alignment_inputs(query, keys, key_mask, projected_keys, self.w_a, self.u_a)
 
         scores = self.scores(query, keys, projected_keys)  # (B, N, M)
         if key_mask is not None:
@@ -170,6 +274,9 @@ class BahdanauEncoder(nn.Module):
 
     def __init__(self, vocab_size: int, emb_dim: int, hidden_size: int, *, padding_idx: int = 0) -> None:
         super().__init__()
+        _check_ints(1, vocab_size=vocab_size, emb_dim=emb_dim, hidden_size=hidden_size)
+        if isinstance(padding_idx, bool) or not isinstance(padding_idx, int) or not 0 <= padding_idx < vocab_size:
+            raise ValueError(f"padding_idx must be an int in [0, vocab_size={vocab_size}), got {padding_idx!r}")
         self.embedding = nn.Embedding(vocab_size, emb_dim, padding_idx=padding_idx)
         self.rnn = nn.GRU(emb_dim, hidden_size, batch_first=True, bidirectional=True)
 
@@ -179,13 +286,11 @@ class BahdanauEncoder(nn.Module):
         The sentences are packed so that the backward direction starts at each
         sentence's last real token, not at the padding after it.
         """
-        b, m = src.shape
-        _check_key_mask(key_mask, b, m)
+        _check_source(src, key_mask, self.embedding, "key_mask")
+        if key_mask is None:
+            raise TypeError("key_mask must be a (B, M) torch.bool tensor, got None")
+        m = src.shape[1]
         lengths = key_mask.sum(dim=-1)  # (B,)
-        if bool((lengths == 0).any()):
-            raise ValueError("key_mask must mark at least one real token in every sentence")
-        if not torch.equal(key_mask, torch.arange(m, device=src.device) < lengths.unsqueeze(-1)):
-            raise ValueError("key_mask must be right-padded: True for a prefix of each row, then False")
         emb = self.embedding(src)  # (B, M) -> (B, M, emb_dim)
         packed = nn.utils.rnn.pack_padded_sequence(emb, lengths.cpu(), batch_first=True, enforce_sorted=False)
         out, _ = self.rnn(packed)
@@ -231,6 +336,8 @@ class BahdanauSeq2Seq(nn.Module):
         use_attention: bool = True,
     ) -> None:
         super().__init__()
+        _check_ints(1, src_vocab=src_vocab, tgt_vocab=tgt_vocab, emb_dim=emb_dim,
+                    hidden_size=hidden_size, attn_dim=attn_dim)
         n = hidden_size
         self.use_attention = use_attention
         self.encoder = BahdanauEncoder(src_vocab, emb_dim, n)
@@ -242,6 +349,7 @@ class BahdanauSeq2Seq(nn.Module):
 
     def encode(self, src: torch.Tensor, src_mask: torch.Tensor | None = None):
         """Annotations ``(B, M, 2n)``, the fixed summary ``(B, 2n)`` and s_0 ``(B, n)``."""
+        _check_source(src, src_mask, self.encoder.embedding, "src_mask")
         if src_mask is None:
             src_mask = torch.ones_like(src, dtype=torch.bool)
         annotations = self.encoder(src, src_mask)  # (B, M, 2n)
@@ -269,6 +377,10 @@ class BahdanauSeq2Seq(nn.Module):
 
     def forward(self, src: torch.Tensor, tgt_in: torch.Tensor, *, src_mask: torch.Tensor | None = None):
         """Teacher forcing: ``tgt_in`` (B, T) starts with BOS; returns logits ``(B, T, V)`` and weights ``(B, T, M)`` or None."""
+        _check_source(src, src_mask, self.encoder.embedding, "src_mask")
+        b, _ = _check_ids("tgt_in", tgt_in, self.tgt_embedding.num_embeddings, src.device)
+        if b != src.shape[0]:
+            raise ValueError(f"tgt_in must have src's batch size B={src.shape[0]}, got {tuple(tgt_in.shape)}")
         if src_mask is None:
             src_mask = torch.ones_like(src, dtype=torch.bool)
         annotations, summary, s = self.encode(src, src_mask)
@@ -285,6 +397,8 @@ class BahdanauSeq2Seq(nn.Module):
     @torch.no_grad()
     def greedy_decode(self, src: torch.Tensor, max_len: int, *, src_mask: torch.Tensor | None = None):
         """Feed back the most likely token; returns tokens ``(B, max_len)`` and weights ``(B, max_len, M)`` or None."""
+        _check_source(src, src_mask, self.encoder.embedding, "src_mask")
+        _check_ints(0, max_len=max_len)
         if src_mask is None:
             src_mask = torch.ones_like(src, dtype=torch.bool)
         annotations, summary, s = self.encode(src, src_mask)
@@ -309,8 +423,11 @@ def reversal_batch(batch_size: int, min_len: int, max_len: int, rng: random.Rand
     (BOS + target), ``tgt_out (B, T)`` (target + EOS, PAD after), with
     M = the longest source and T = M + 1. Digit d is token d + 3.
     """
+    _check_ints(1, batch_size=batch_size, min_len=min_len, max_len=max_len)
     if not (1 <= min_len <= max_len):
         raise ValueError(f"need 1 <= min_len <= max_len, got min_len={min_len!r}, max_len={max_len!r}")
+    if not isinstance(rng, random.Random):
+        raise TypeError(f"rng must be a random.Random, got {type(rng).__name__}")
     lengths = [rng.randint(min_len, max_len) for _ in range(batch_size)]
     m = max(lengths)
     src = torch.full((batch_size, m), PAD, dtype=torch.long)
@@ -340,6 +457,12 @@ def train_toy_translation(
     The same ``seed`` gives the same batches to every model, so two models
     trained with the same arguments saw exactly the same data.
     """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
+    _check_ints(0, steps=steps, seed=seed)
+    _check_ints(1, batch_size=batch_size, min_len=min_len, max_len=max_len)
+    if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not 0 < lr < float("inf"):
+        raise ValueError(f"lr must be a finite float > 0, got {lr!r}")
     rng = random.Random(seed)
     torch.manual_seed(seed)
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
@@ -361,6 +484,12 @@ def train_toy_translation(
 @torch.no_grad()
 def accuracy_by_length(model: nn.Module, lengths, *, n_per_length: int = 100, seed: int = 1) -> dict[int, float]:
     """Share of sentences of each length reversed exactly (greedy decoding, EOS included)."""
+    _check_model("model", model)
+    if isinstance(lengths, (str, bytes)) or not isinstance(lengths, Iterable):
+        raise TypeError(f"lengths must be an iterable of ints >= 1, got {type(lengths).__name__}")
+    lengths = list(lengths)
+    _check_ints(1, n_per_length=n_per_length, **{f"lengths[{i}]": n for i, n in enumerate(lengths)})
+    _check_ints(0, seed=seed)
     rng = random.Random(seed)
     model.eval()
     result = {}

@@ -38,6 +38,57 @@ __all__ = [
 IGNORE_INDEX = -100  # label of a position the loss skips (F.cross_entropy's default)
 
 
+# --8<-- [start:validate]
+def _check_ints(minimum: int, **values: object) -> None:
+    for name, value in values.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
+
+
+def _check_dropout(name: str, p: float) -> None:
+    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p < 1.0:
+        raise ValueError(f"{name} must be a float in [0, 1), got {p!r}")
+
+
+def _check_positive_float(name: str, value: float) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
+        raise ValueError(f"{name} must be a finite float > 0, got {value!r}")
+
+
+def _check_generator(generator: object) -> None:
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise TypeError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
+
+
+def _check_like_module(name: str, t: torch.Tensor, weight: torch.Tensor) -> None:
+    """Raise unless t has the device (and, outside autocast, the dtype) of the module's weight."""
+    if t.device != weight.device:
+        raise ValueError(f"{name} must be on the module's device {weight.device}, got {t.device}")
+    autocast = torch.amp.is_autocast_available(t.device.type) and torch.is_autocast_enabled(t.device.type)
+    if t.dtype != weight.dtype and not autocast:
+        raise TypeError(f"{name} must have the module's dtype {weight.dtype}, got {t.dtype}")
+
+
+def _check_ids(
+    name: str, ids: object, vocab_size: int | None = None, device: torch.device | None = None
+) -> tuple[int, int]:
+    """Raise unless ``ids`` is a (B, N) integer tensor of ids in [0, vocab_size); return (B, N)."""
+    if not isinstance(ids, torch.Tensor) or ids.dtype not in (torch.int64, torch.int32):
+        got = ids.dtype if isinstance(ids, torch.Tensor) else type(ids).__name__
+        raise TypeError(f"{name} must be an int64 or int32 tensor of token ids, got {got}")
+    if ids.dim() != 2:
+        raise ValueError(f"{name} must have shape (B, N), got {tuple(ids.shape)}")
+    if device is not None and ids.device != device:
+        raise ValueError(f"{name} must be on the model's device {device}, got {ids.device}")
+    if vocab_size is not None and bool(((ids < 0) | (ids >= vocab_size)).any()):  # one sync
+        raise ValueError(
+            f"{name} must lie in [0, vocab_size={vocab_size}), "
+            f"got ids from {int(ids.min())} to {int(ids.max())}"
+        )
+    return ids.shape[0], ids.shape[1]
+# --8<-- [end:validate]
+
+
 # --8<-- [start:config]
 @dataclass(frozen=True)
 class SpecialTokens:
@@ -50,6 +101,11 @@ class SpecialTokens:
     cls: int = 1  # first token; its final state summarises the sequence
     sep: int = 2  # ends each segment
     mask: int = 3  # stands in for a token the model must predict
+
+    def __post_init__(self) -> None:
+        _check_ints(0, pad=self.pad, cls=self.cls, sep=self.sep, mask=self.mask)
+        if len(set(self.ids)) != 4:
+            raise ValueError(f"pad, cls, sep and mask must be four different ids, got {self}")
 
     @property
     def ids(self) -> tuple[int, int, int, int]:
@@ -81,6 +137,10 @@ class BertConfig:
                 f"d_model must be divisible by n_heads, got d_model={self.d_model} "
                 f"and n_heads={self.n_heads}"
             )
+        _check_dropout("dropout", self.dropout)
+        _check_positive_float("layer_norm_eps", self.layer_norm_eps)
+        if not isinstance(self.special, SpecialTokens):
+            raise TypeError(f"special must be a SpecialTokens, got {type(self.special).__name__}")
         if not all(0 <= i < self.vocab_size for i in self.special.ids):
             raise ValueError(
                 f"special token ids must lie in [0, vocab_size={self.vocab_size}), "
@@ -126,6 +186,8 @@ class BertEmbeddings(nn.Module):
 
     def __init__(self, config: BertConfig) -> None:
         super().__init__()
+        if not isinstance(config, BertConfig):
+            raise TypeError(f"config must be a BertConfig, got {type(config).__name__}")
         self.max_len = config.max_len
         self.n_segments = config.n_segments
         # padding_idx keeps the [PAD] vector at zero and out of the gradient.
@@ -136,30 +198,54 @@ class BertEmbeddings(nn.Module):
         self.dropout = nn.Dropout(config.dropout)
 
     def forward(self, input_ids: torch.Tensor, segment_ids: torch.Tensor | None = None) -> torch.Tensor:
-        B, N = _check_ids("input_ids", input_ids)
+        B, N = _check_ids("input_ids", input_ids, self.token.num_embeddings, self.token.weight.device)
         if N > self.max_len:
             raise ValueError(f"input_ids must have length N <= max_len = {self.max_len}, got N = {N}")
+        _check_segments(segment_ids, (B, N), self.n_segments, input_ids.device)
         if segment_ids is None:
             segment_ids = torch.zeros_like(input_ids)  # one segment: all sentence A
-        elif tuple(segment_ids.shape) != (B, N) or not (0 <= segment_ids.min() and segment_ids.max() < self.n_segments):
-            raise ValueError(
-                f"segment_ids must be (B, N) = {(B, N)} with values in [0, {self.n_segments}), "
-                f"got shape {tuple(segment_ids.shape)}"
-            )
         positions = torch.arange(N, device=input_ids.device)  # (N,)
         x = self.token(input_ids) + self.position(positions) + self.segment(segment_ids)  # (B, N, D)
         return self.dropout(self.norm(x))  # (B, N, D)
 # --8<-- [end:embeddings]
 
 
-def _check_ids(name: str, ids: object) -> tuple[int, int]:
-    """Raise a clear error unless ``ids`` is a (B, N) integer tensor; return (B, N)."""
-    if not isinstance(ids, torch.Tensor) or ids.dtype not in (torch.int64, torch.int32):
-        got = ids.dtype if isinstance(ids, torch.Tensor) else type(ids).__name__
-        raise TypeError(f"{name} must be an int64 or int32 tensor of token ids, got {got}")
-    if ids.dim() != 2:
-        raise ValueError(f"{name} must have shape (B, N), got {tuple(ids.shape)}")
-    return ids.shape[0], ids.shape[1]
+def _check_bert_key_mask(key_mask: object, b: int, n: int, device: torch.device) -> None:
+    if key_mask is None:
+        return
+    if not isinstance(key_mask, torch.Tensor) or key_mask.dtype != torch.bool:
+        got = key_mask.dtype if isinstance(key_mask, torch.Tensor) else type(key_mask).__name__
+        raise TypeError(f"key_mask must be a torch.bool tensor (True = real token), got {got}")
+    if tuple(key_mask.shape) != (b, n) or key_mask.device != device:
+        raise ValueError(
+            f"key_mask must have input_ids' shape ({b}, {n}) and device {device}, "
+            f"got {tuple(key_mask.shape)} on {key_mask.device}"
+        )
+
+
+def _check_segments(
+    segment_ids: object, shape: tuple[int, int], n_segments: int, device: torch.device
+) -> None:
+    """Raise unless segment_ids is None or a (B, N) integer tensor of values in [0, n_segments)."""
+    if segment_ids is None:
+        return
+    _check_ids("segment_ids", segment_ids, device=device)
+    if tuple(segment_ids.shape) != shape or segment_ids.numel() and not (
+        0 <= segment_ids.min() and segment_ids.max() < n_segments
+    ):
+        raise ValueError(
+            f"segment_ids must be (B, N) = {shape} with values in [0, {n_segments}), "
+            f"got shape {tuple(segment_ids.shape)}"
+        )
+
+
+def _check_special(special: object, vocab_size: int | None = None) -> None:
+    if not isinstance(special, SpecialTokens):
+        raise TypeError(f"special must be a SpecialTokens, got {type(special).__name__}")
+    if vocab_size is not None and max(special.ids) >= vocab_size:
+        raise ValueError(
+            f"vocab_size must exceed every special token id {special.ids}, got {vocab_size}"
+        )
 
 
 # --8<-- [start:model]
@@ -204,6 +290,8 @@ class BertModel(nn.Module):
         Returns:
             ``(B, N, D)``.
         """
+        B, N = _check_ids("input_ids", input_ids)
+        _check_bert_key_mask(key_mask, B, N, input_ids.device)
         if key_mask is None:
             key_mask = input_ids != self.config.special.pad  # (B, N)
         x = self.embeddings(input_ids, segment_ids)  # (B, N) -> (B, N, D)
@@ -246,6 +334,15 @@ class MlmHead(nn.Module):
 
     def __init__(self, config: BertConfig, token_embedding: nn.Embedding) -> None:
         super().__init__()
+        if not isinstance(config, BertConfig):
+            raise TypeError(f"config must be a BertConfig, got {type(config).__name__}")
+        want = (config.vocab_size, config.d_model)
+        if not isinstance(token_embedding, nn.Embedding) or tuple(token_embedding.weight.shape) != want:
+            got = (
+                tuple(token_embedding.weight.shape)
+                if isinstance(token_embedding, nn.Embedding) else type(token_embedding).__name__
+            )
+            raise TypeError(f"token_embedding must be an nn.Embedding of shape (V, D) = {want}, got {got}")
         self.transform = nn.Linear(config.d_model, config.d_model)
         self.norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
         self.decoder = nn.Linear(config.d_model, config.vocab_size)
@@ -255,6 +352,11 @@ class MlmHead(nn.Module):
         nn.init.zeros_(self.decoder.bias)
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        d_model = self.transform.in_features
+        if not isinstance(hidden, torch.Tensor) or hidden.dim() != 3 or hidden.shape[-1] != d_model:
+            got = tuple(hidden.shape) if isinstance(hidden, torch.Tensor) else type(hidden).__name__
+            raise ValueError(f"hidden must have shape (B, N, D) with D = {d_model}, got {got}")
+        _check_like_module("hidden", hidden, self.transform.weight)
         h = self.norm(F.gelu(self.transform(hidden)))  # (B, N, D) -> (B, N, D)
         return self.decoder(h)  # (B, N, D) @ (D, V) -> (B, N, V)
 
@@ -292,10 +394,24 @@ def mlm_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     Returns:
         The mean loss over the selected positions, a scalar.
     """
+    if not isinstance(logits, torch.Tensor) or not logits.is_floating_point():
+        got = logits.dtype if isinstance(logits, torch.Tensor) else type(logits).__name__
+        raise TypeError(f"logits must be a floating tensor (B, N, V), got {got}")
+    if not isinstance(labels, torch.Tensor) or labels.dtype not in (torch.int64, torch.int32):
+        got = labels.dtype if isinstance(labels, torch.Tensor) else type(labels).__name__
+        raise TypeError(f"labels must be an int64 or int32 tensor, got {got}")
     if logits.dim() != 3 or tuple(labels.shape) != tuple(logits.shape[:2]):
         raise ValueError(
             f"logits must be (B, N, V) and labels (B, N), got logits {tuple(logits.shape)} "
             f"and labels {tuple(labels.shape)}"
+        )
+    if labels.device != logits.device:
+        raise ValueError(f"labels must be on logits' device {logits.device}, got {labels.device}")
+    known = (labels == IGNORE_INDEX) | ((labels >= 0) & (labels < logits.shape[-1]))
+    if not bool(known.all()):
+        raise ValueError(
+            f"labels must be token ids in [0, V={logits.shape[-1]}) or IGNORE_INDEX={IGNORE_INDEX}, "
+            f"got {labels[~known].unique().tolist()}"
         )
     return F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=IGNORE_INDEX)  # (B*N, V) vs (B*N,)
 # --8<-- [end:mlm_head]
@@ -329,7 +445,10 @@ def mask_tokens(
         original token at each selected position (``IGNORE_INDEX`` elsewhere).
     """
     _check_ids("input_ids", input_ids)
-    if isinstance(select_prob, bool) or not (0.0 < float(select_prob) <= 1.0):
+    _check_ints(1, vocab_size=vocab_size)
+    _check_special(special, vocab_size)
+    _check_generator(generator)
+    if isinstance(select_prob, bool) or not isinstance(select_prob, (int, float)) or not 0.0 < select_prob <= 1.0:
         raise ValueError(f"select_prob must be a float in (0, 1], got {select_prob!r}")
     regular = torch.ones(vocab_size, dtype=torch.bool, device=input_ids.device)
     regular[list(special.ids)] = False
@@ -433,6 +552,11 @@ def state_dict_from_transformers(hf_state: Mapping[str, torch.Tensor]) -> dict[s
         A dict to pass to ``load_state_dict`` of ``BertModel``,
         ``BertForMaskedLM`` or ``BertClassifier``.
     """
+    if not isinstance(hf_state, Mapping):
+        raise TypeError(f"hf_state must be a mapping of names to tensors, got {type(hf_state).__name__}")
+    for key in hf_state:
+        if not isinstance(key, str):
+            raise TypeError(f"hf_state must have str keys, got {key!r}")
     out: dict[str, torch.Tensor] = {}
     qkv: dict[tuple[str, str, str], dict[str, torch.Tensor]] = {}
     for key, value in hf_state.items():
@@ -450,7 +574,10 @@ def state_dict_from_transformers(hf_state: Mapping[str, torch.Tensor]) -> dict[s
                 out[new.replace("bert.pooler.", "pooler.")] = value
                 break
         else:
-            raise ValueError(f"hf_state has a key this function cannot place: {key!r}")
+            raise ValueError(
+                f"hf_state has a key this function cannot place: {key!r} (it reads the keys of "
+                "transformers' BertModel, BertForMaskedLM and BertForSequenceClassification; got this one)"
+            )
     for (prefix, layer, kind), parts in qkv.items():
         # rows [0, D) make q, [D, 2D) make k, [2D, 3D) make v, as in the fused in_proj
         out[f"{prefix}layers.{layer}.attention.in_proj.{kind}"] = torch.cat(
@@ -463,6 +590,15 @@ def state_dict_from_transformers(hf_state: Mapping[str, torch.Tensor]) -> dict[s
 # ----------------------------------------------------------------------------
 # A tiny BERT that learns on the page
 # ----------------------------------------------------------------------------
+
+
+def _check_steps(name: str, steps: object) -> None:
+    if (
+        not isinstance(steps, (tuple, list))
+        or not steps
+        or not all(isinstance(s, int) and not isinstance(s, bool) for s in steps)
+    ):
+        raise ValueError(f"{name} must be a non-empty tuple of ints, got {steps!r}")
 
 
 # --8<-- [start:corpus]
@@ -494,6 +630,10 @@ def counting_corpus(
         ``(input_ids, labels)``: ``(B, length + 2)`` ids and ``(B,)`` indices
         into ``steps``.
     """
+    _check_ints(1, n_sequences=n_sequences, length=length, n_tokens=n_tokens)
+    _check_steps("steps", steps)
+    _check_special(special)
+    _check_generator(generator)
     first = max(special.ids) + 1
     device = generator.device if generator is not None else None  # draw where the generator lives
     labels = torch.randint(len(steps), (n_sequences,), generator=generator, device=device)  # (B,)
@@ -548,6 +688,19 @@ def train_tiny_bert(
     Returns:
         A ``TinyBertResult`` with the trained models and held-out metrics.
     """
+    if not callable(make_block):
+        raise TypeError(f"make_block must be callable, got {type(make_block).__name__}")
+    if config is not None and not isinstance(config, BertConfig):
+        raise TypeError(f"config must be a BertConfig or None, got {type(config).__name__}")
+    _check_ints(1, length=length, n_tokens=n_tokens, batch_size=batch_size)
+    _check_ints(0, steps=steps, finetune_steps=finetune_steps, seed=seed)
+    _check_steps("count_steps", count_steps)
+    _check_positive_float("lr", lr)
+    if config is not None and (length + 2 > config.max_len or n_tokens > config.vocab_size - 1 - max(config.special.ids)):
+        raise ValueError(
+            f"length + 2 must fit config.max_len={config.max_len} and n_tokens the ids above the "
+            f"special ones (vocab_size={config.vocab_size}), got length={length}, n_tokens={n_tokens}"
+        )
     torch.manual_seed(seed)
     g = torch.Generator().manual_seed(seed)
     n_special = len(SpecialTokens().ids)

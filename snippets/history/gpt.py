@@ -30,6 +30,48 @@ from torch import nn
 __all__ = ["GPTConfig", "GPT", "next_token_loss", "generate", "reversal_task", "train_tiny_gpt"]
 
 
+# --8<-- [start:validate]
+def _check_ints(minimum: int, **values: object) -> None:
+    for name, value in values.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
+
+
+def _check_dropout(name: str, p: float) -> None:
+    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p < 1.0:
+        raise ValueError(f"{name} must be a float in [0, 1), got {p!r}")
+
+
+def _check_positive_float(name: str, value: float) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
+        raise ValueError(f"{name} must be a finite float > 0, got {value!r}")
+
+
+def _check_generator(generator: object) -> None:
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise TypeError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
+
+
+def _check_ids(
+    name: str, ids: object, vocab_size: int | None = None, device: torch.device | None = None
+) -> tuple[int, int]:
+    """Raise unless ``ids`` is a (B, N) integer tensor of ids in [0, vocab_size); return (B, N)."""
+    if not isinstance(ids, torch.Tensor) or ids.dtype not in (torch.int64, torch.int32):
+        got = ids.dtype if isinstance(ids, torch.Tensor) else type(ids).__name__
+        raise TypeError(f"{name} must be an int64 or int32 tensor of token ids, got {got}")
+    if ids.dim() != 2:
+        raise ValueError(f"{name} must have shape (B, N), got {tuple(ids.shape)}")
+    if device is not None and ids.device != device:
+        raise ValueError(f"{name} must be on the model's device {device}, got {ids.device}")
+    if vocab_size is not None and bool(((ids < 0) | (ids >= vocab_size)).any()):  # one sync
+        raise ValueError(
+            f"{name} must lie in [0, vocab_size={vocab_size}), "
+            f"got ids from {int(ids.min())} to {int(ids.max())}"
+        )
+    return ids.shape[0], ids.shape[1]
+# --8<-- [end:validate]
+
+
 # --8<-- [start:config]
 @dataclass(frozen=True)
 class GPTConfig:
@@ -55,6 +97,8 @@ class GPTConfig:
                 f"d_model must be divisible by n_heads, got d_model={self.d_model} "
                 f"and n_heads={self.n_heads}"
             )
+        _check_dropout("dropout", self.dropout)
+        _check_positive_float("layer_norm_eps", self.layer_norm_eps)
 # --8<-- [end:config]
 
 
@@ -98,12 +142,7 @@ class GPT(nn.Module):
         Returns:
             ``(B, N, V)``: row ``i`` scores token ``i + 1`` from tokens ``0..i``.
         """
-        if not isinstance(input_ids, torch.Tensor) or input_ids.dtype not in (torch.int64, torch.int32):
-            got = input_ids.dtype if isinstance(input_ids, torch.Tensor) else type(input_ids).__name__
-            raise TypeError(f"input_ids must be an int64 or int32 tensor of token ids, got {got}")
-        if input_ids.dim() != 2:
-            raise ValueError(f"input_ids must have shape (B, N), got {tuple(input_ids.shape)}")
-        B, N = input_ids.shape
+        B, N = _check_ids("input_ids", input_ids, self.config.vocab_size, self.token.weight.device)
         if N > self.config.max_len:
             raise ValueError(
                 f"input_ids must have length N <= max_len = {self.config.max_len}, got N = {N}"
@@ -137,11 +176,16 @@ def next_token_loss(logits: torch.Tensor, input_ids: torch.Tensor) -> torch.Tens
     Returns:
         The mean cross-entropy over the ``B * (N - 1)`` predictions, a scalar.
     """
+    if not isinstance(logits, torch.Tensor) or not logits.is_floating_point():
+        got = logits.dtype if isinstance(logits, torch.Tensor) else type(logits).__name__
+        raise TypeError(f"logits must be a floating tensor (B, N, V), got {got}")
+    _check_ids("input_ids", input_ids)
     if logits.dim() != 3 or tuple(input_ids.shape) != tuple(logits.shape[:2]) or logits.shape[1] < 2:
         raise ValueError(
             f"logits must be (B, N, V) and input_ids (B, N) with N >= 2, got logits "
             f"{tuple(logits.shape)} and input_ids {tuple(input_ids.shape)}"
         )
+    _check_ids("input_ids", input_ids, logits.shape[-1], logits.device)
     predictions = logits[:, :-1]  # position i predicts token i + 1: (B, N - 1, V)
     targets = input_ids[:, 1:]  # (B, N - 1)
     return F.cross_entropy(predictions.flatten(0, 1), targets.flatten())  # (B*(N-1), V) vs (B*(N-1),)
@@ -174,13 +218,17 @@ def generate(
     Returns:
         ``(B, N0 + max_new_tokens)``: the prompt followed by the new tokens.
     """
+    if not isinstance(model, GPT):
+        raise TypeError(f"model must be a GPT, got {type(model).__name__}")
     if not isinstance(prompt, torch.Tensor) or prompt.dim() != 2 or prompt.shape[1] < 1:
         got = tuple(prompt.shape) if isinstance(prompt, torch.Tensor) else type(prompt).__name__
         raise ValueError(f"prompt must be a (B, N0) tensor of ids with N0 >= 1, got {got}")
+    _check_ids("prompt", prompt, model.config.vocab_size, model.token.weight.device)
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
         raise ValueError(f"max_new_tokens must be a non-negative int, got {max_new_tokens!r}")
-    if isinstance(temperature, bool) or not float(temperature) >= 0.0:
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not temperature >= 0.0:
         raise ValueError(f"temperature must be a float >= 0, got {temperature!r}")
+    _check_generator(generator)
     was_training = model.training
     model.eval()  # no dropout while generating
     ids = prompt
@@ -223,6 +271,8 @@ def reversal_task(
     Returns:
         ``(B, 2 * L + 1)`` token ids.
     """
+    _check_ints(1, n_sequences=n_sequences, length=length, n_digits=n_digits)
+    _check_generator(generator)
     device = generator.device if generator is not None else None  # draw where the generator lives
     digits = torch.randint(n_digits, (n_sequences, length), generator=generator, device=device)  # (B, L)
     equals = torch.full((n_sequences, 1), n_digits, device=digits.device)  # (B, 1)
@@ -267,6 +317,18 @@ def train_tiny_gpt(
     Returns:
         A ``TinyGPTResult`` with the trained model and held-out metrics.
     """
+    if not callable(make_block):
+        raise TypeError(f"make_block must be callable, got {type(make_block).__name__}")
+    if config is not None and not isinstance(config, GPTConfig):
+        raise TypeError(f"config must be a GPTConfig or None, got {type(config).__name__}")
+    _check_ints(1, length=length, n_digits=n_digits, batch_size=batch_size)
+    _check_ints(0, steps=steps, seed=seed)
+    _check_positive_float("lr", lr)
+    if config is not None and (config.vocab_size <= n_digits or config.max_len < 2 * length + 1):
+        raise ValueError(
+            f"config must hold n_digits + 1 tokens and 2 * length + 1 positions, got "
+            f"vocab_size={config.vocab_size}, max_len={config.max_len} for n_digits={n_digits}, length={length}"
+        )
     torch.manual_seed(seed)
     g = torch.Generator().manual_seed(seed)
     if config is None:

@@ -43,8 +43,10 @@ SCORES = ("dot", "general", "concat")
 
 
 # --8<-- [start:check_key_mask]
-def _check_key_mask(key_mask: torch.Tensor | None, batch: int, n_keys: int) -> None:
-    """Raise a clear error unless key_mask is None or a (B, M) bool tensor."""
+def _check_key_mask(
+    key_mask: torch.Tensor | None, batch: int, n_keys: int, device: torch.device
+) -> None:
+    """Raise a clear error unless key_mask is None or a (B, M) bool tensor on device."""
     if key_mask is None:
         return
     if not isinstance(key_mask, torch.Tensor):
@@ -60,7 +62,20 @@ def _check_key_mask(key_mask: torch.Tensor | None, batch: int, n_keys: int) -> N
             f"key_mask must have shape (B, M) = ({batch}, {n_keys}), "
             f"got {tuple(key_mask.shape)}"
         )
+    if key_mask.device != device:
+        raise ValueError(
+            f"key_mask must be on the device of the inputs {device}, got {key_mask.device}"
+        )
 # --8<-- [end:check_key_mask]
+
+
+def _check_like_module(name: str, t: torch.Tensor, weight: torch.Tensor) -> None:
+    """Raise unless t has the device (and, outside autocast, the dtype) of the module's weight."""
+    if t.device != weight.device:
+        raise ValueError(f"{name} must be on the module's device {weight.device}, got {t.device}")
+    autocast = torch.amp.is_autocast_available(t.device.type) and torch.is_autocast_enabled(t.device.type)
+    if t.dtype != weight.dtype and not autocast:
+        raise TypeError(f"{name} must have the module's dtype {weight.dtype}, got {t.dtype}")
 
 
 class LuongAttention(nn.Module):
@@ -160,7 +175,9 @@ class LuongAttention(nn.Module):
         (b, n, _), (bk, m, _) = query.shape, keys.shape
         if bk != b:
             raise ValueError(f"query and keys must share the batch size B, got {b} and {bk}")
-        _check_key_mask(key_mask, b, m)
+        _check_like_module("query", query, self.w_c.weight)
+        _check_like_module("keys", keys, self.w_c.weight)
+        _check_key_mask(key_mask, b, m, keys.device)
         allowed = key_mask if key_mask is not None else keys.new_ones(b, m, dtype=torch.bool)
 
         scores = self.scores(query, keys)  # (B, N, M)
