@@ -1161,6 +1161,14 @@ def _(s):
                   "input_ids": T(INT, rank=2, tied=(0, 1), high=11, names=("logits",))})]
 
 
+# ----------------------------------------------------------------------------
+# modern/: the decoders of 2023 to 2026
+# ----------------------------------------------------------------------------
+
+
+# (end of modern/)
+
+
 @fuzz("history.gpt.generate")
 def _(s):
     model = gpt_mod.GPT(_gpt_config(s), _gpt_block)
@@ -1184,6 +1192,14 @@ def _(s):
                  {"make_block": Bad(3, None), "config": Bad(3, "config"), "length": Bad(0, 2.5, 3),
                   "n_digits": Bad(0, 2.5, 4), "steps": NONNEG_INT, "batch_size": POS_INT, "lr": POS_FLOAT,
                   "seed": Bad(2.5, "0", None)})]
+
+
+# ----------------------------------------------------------------------------
+# efficiency/ (flash_triton, flex_masks, paged_kv_cache, static_cache), linear/, distributed/
+# ----------------------------------------------------------------------------
+
+
+# (end of efficiency/, linear/, distributed/)
 
 
 # ----------------------------------------------------------------------------
