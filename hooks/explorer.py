@@ -47,7 +47,7 @@ PLAYGROUND_CLASS = 'class="fg-softmax-playground'
 # The explorer's fixed inputs: six digits, "=", the digits reversed.
 PROMPTS = ([3, 1, 4, 1, 5, 9], [2, 7, 1, 8, 2, 8], [0, 0, 0, 1, 1, 1], [6, 5, 4, 3, 2, 1])
 LENGTH, N_DIGITS = 6, 10
-STEPS, SEED = 120, 0
+STEPS, SEED = 100, 0
 
 _state: dict = {}
 

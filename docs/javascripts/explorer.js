@@ -128,6 +128,12 @@
       return s.layers.map(function (l) { return { q: decode(l.q), k: decode(l.k) }; });
     });
 
+    var about = el("p", {
+      class: "fg-explorer__about",
+      text: "Tiny GPT (" + L + " layers, " + H + " heads of width " + d + "), trained by the build for " +
+        data.steps + " steps; next-token accuracy after \u201c=\u201d on held-out sequences: " +
+        (100 * data.accuracy).toFixed(1) + "%.",
+    });
     var controls = el("div", { class: "fg-explorer__controls" }, [
       select("Sequence", "sentence", data.sentences.map(function (s, i) { return [i, s.tokens.join(" ")]; }), 0),
       select("Layer", "layer", range(L).map(function (l) { return [l, String(l + 1)]; }), 0),
@@ -160,7 +166,7 @@
       el("summary", { text: "The query's weights as numbers" }), table,
     ]);
     root.textContent = "";
-    [controls, masks, hint, bars, tokens, readout, changes, maps, details].forEach(function (c) { root.appendChild(c); });
+    [about, controls, masks, hint, bars, tokens, readout, changes, maps, details].forEach(function (c) { root.appendChild(c); });
 
     function tokenList() { return data.sentences[state.sentence].tokens; }
     function heads() { return state.head === "all" ? range(H) : [state.head]; }
