@@ -356,7 +356,7 @@
     var scale = el("div", { class: "fg-playground__scale" }, [
       el("label", { for: sliderId, text: "Scale \u03b1 (1 / temperature), on a log axis" }), slider, output,
     ]);
-    var bars = el("div", { class: "fg-playground__bars", "aria-hidden": "true" });
+    var bars = el("div", { class: "fg-playground__bars", role: "list", "aria-label": "Softmax weights" });
     var stats = el("p", { class: "fg-playground__stats", "aria-live": "polite" });
     root.textContent = "";
     [inputs, scale, bars, stats].forEach(function (c) { root.appendChild(c); });
@@ -376,7 +376,10 @@
       slider.setAttribute("aria-valuetext", "alpha " + alpha.toPrecision(3));
       bars.textContent = "";
       w.forEach(function (p, j) {
-        var bar = el("div", { class: "fg-playground__bar", "data-j": String(j), "data-w": String(p) }, [
+        var bar = el("div", {
+          class: "fg-playground__bar", role: "listitem", "aria-label": "w" + (j + 1) + " = " + p.toFixed(3),
+          "data-j": String(j), "data-w": String(p),
+        }, [
           el("span", { class: "fg-playground__value", text: p.toFixed(3) }),
           el("span", { class: "fg-playground__fill" }),
           el("span", { class: "fg-playground__label", text: "w" + (j + 1) }),
