@@ -806,6 +806,23 @@ def test_offline_build_reads_from_the_file_system(browser, offline_site):
         context.close()
 
 
+def test_offline_explorer_and_playground_from_the_file_system(browser, offline_site):
+    """The explorer's data is a script, not a fetched file, so file:// works."""
+    context, page, guard = new_page(browser, allow_file=True)
+    try:
+        page.goto((offline_site / "explorer.html").as_uri(), wait_until="load")
+        page.wait_for_function("() => document.querySelector('.fg-explorer[data-fg-ready]') !== null")
+        page.locator(".fg-explorer__token").nth(4).hover()
+        assert page.locator(".fg-explorer__readout").inner_text().startswith("Query 5 ")
+        assert page.locator(".fg-explorer__map [data-w]").count() == 13 * 13
+        page.goto((offline_site / "foundations" / "scaled-dot-product.html").as_uri(), wait_until="load")
+        page.wait_for_function("() => document.querySelector('.fg-softmax-playground[data-fg-ready]') !== null")
+        assert page.locator(".fg-playground__bar").count() == 5
+        assert not guard.off_host and not guard.console and not guard.failed, (guard.off_host, guard.console, guard.failed)
+    finally:
+        context.close()
+
+
 # ----------------------------------------------------------------------------
 # Figures and equations stay inside their column
 # ----------------------------------------------------------------------------

@@ -1,0 +1,439 @@
+"""The attention explorer (docs/explorer.md) and the softmax playground.
+
+hooks/explorer.py trains the tiny GPT and exports each layer's per-head
+queries and keys; docs/javascripts/explorer.js computes the weights in the
+browser. These tests retrain the same model (deterministic: one CPU thread,
+one seed), check the export is that model's queries and keys, and check that
+the weights the page shows equal, to 1e-6, both the model's own attention
+(``MultiHeadAttention(need_weights=True)`` with the guide's masks) and the
+guide's ``scaled_dot_product_attention`` run on the exported numbers. The
+browser tests (marker ``browser``) also drive the widgets with the mouse and
+the keyboard, measure what the page loads, and save screenshots to
+``test-artifacts/screenshots``.
+"""
+
+from __future__ import annotations
+
+import base64
+import importlib.util
+import os
+import pathlib
+
+import pytest
+import torch
+
+import browser_support as bs
+from snippets.efficiency.sliding_window import sliding_window_mask
+from snippets.foundations.masks import causal_mask, padding_mask
+from snippets.foundations.scaled_dot_product import scaled_dot_product_attention
+
+SCRIPT_BUDGET = 150_000  # bytes: the explorer's own script, style and data, uncompressed
+EXPLORER = "explorer/"
+PLAYGROUND = "foundations/scaled-dot-product/"
+SCREENSHOTS = bs.ARTIFACTS / "screenshots"
+
+
+def _hook():
+    spec = importlib.util.spec_from_file_location("field_guide_explorer_hook", bs.ROOT / "hooks" / "explorer.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+hook = _hook()
+
+
+@pytest.fixture(scope="module")
+def trained():
+    return hook.train()
+
+
+def _decode(text: str, heads: int, n: int, d: int) -> torch.Tensor:
+    values = torch.frombuffer(bytearray(base64.b64decode(text)), dtype=torch.float32)
+    return values.reshape(heads, n, d).to(torch.float64)
+
+
+def _allowed(n: int, causal: bool, window: int, padding: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The page's mask built with the guide's mask functions: (N, N) attn_mask, (1, N) key_mask."""
+    allowed = causal_mask(n, n) if causal else torch.ones(n, n, dtype=torch.bool)
+    if window:
+        allowed = allowed & sliding_window_mask(n, window, causal=causal)
+    key_mask = padding_mask(torch.tensor([n - padding]), n) if padding else None
+    return allowed, key_mask
+
+
+def model_weights(result, sentence: int, layer: int, causal: bool, window: int, padding: int) -> torch.Tensor:
+    """(H, N, N) weights of the model's own attention module for one layer and mask."""
+    ids = hook.sequences()[sentence:sentence + 1]
+    x = hook.layer_inputs(result.model, ids)[layer]  # (1, N, D)
+    attn_mask, key_mask = _allowed(ids.shape[1], causal, window, padding)
+    with torch.no_grad():
+        _, weights = result.model.layers[layer].attention(x, attn_mask=attn_mask, key_mask=key_mask, need_weights=True)
+    return weights[0].double()
+
+
+def exported_weights(data: dict, sentence: int, layer: int, causal: bool, window: int, padding: int) -> torch.Tensor:
+    """(H, N, N) weights from the exported queries and keys, by the guide's
+    scaled_dot_product_attention in float64."""
+    entry = data["sentences"][sentence]
+    n, heads, d = len(entry["tokens"]), data["heads"], data["d_head"]
+    q = _decode(entry["layers"][layer]["q"], heads, n, d)
+    k = _decode(entry["layers"][layer]["k"], heads, n, d)
+    attn_mask, key_mask = _allowed(n, causal, window, padding)
+    if key_mask is not None:
+        attn_mask = attn_mask & key_mask  # (N, N) & (1, N): every query loses the padded keys
+    _, weights = scaled_dot_product_attention(q, k, k, attn_mask=attn_mask)
+    return weights
+
+
+# ----------------------------------------------------------------------------
+# The export (no browser)
+# ----------------------------------------------------------------------------
+def test_export_holds_the_models_queries_and_keys(trained):
+    data = hook.read_data_script(hook.data_script(hook.export(trained)))
+    ids = hook.sequences()
+    qk = hook.queries_and_keys(trained.model, ids)
+    assert data["layers"] == len(qk) == 2 and data["heads"] == 4 and data["d_head"] == 16
+    assert trained.accuracy > 0.9, f"the tiny GPT did not learn the task: accuracy {trained.accuracy}"
+    for s, entry in enumerate(data["sentences"]):
+        assert entry["ids"] == ids[s].tolist()
+        n = len(entry["tokens"])
+        for layer, (q, k) in enumerate(qk):
+            got_q = _decode(entry["layers"][layer]["q"], 4, n, 16)
+            got_k = _decode(entry["layers"][layer]["k"], 4, n, 16)
+            torch.testing.assert_close(got_q, q[s].double(), rtol=0, atol=0)
+            torch.testing.assert_close(got_k, k[s].double(), rtol=0, atol=0)
+    # The weights from the export are the model's own, for the mask it was trained with.
+    for layer in range(2):
+        ours = exported_weights(data, 0, layer, True, 0, 0)
+        theirs = model_weights(trained, 0, layer, True, 0, 0)
+        torch.testing.assert_close(ours, theirs, rtol=0, atol=1e-6)
+        assert not ours.triu(1).any(), "causal weights reach a later key"
+
+
+# ----------------------------------------------------------------------------
+# In the browser
+# ----------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def site(request) -> pathlib.Path:
+    override = os.environ.get("FIELD_GUIDE_BUILT_SITE")
+    return pathlib.Path(override) if override else request.getfixturevalue("built_site").path
+
+
+@pytest.fixture(scope="module")
+def url(site):
+    with bs.serve(site) as base:
+        yield base
+
+
+@pytest.fixture(scope="module")
+def chromium():
+    executable = bs.chromium_path()
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        bs.missing(bs.PLAYWRIGHT_MISSING)
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=executable, headless=True, args=bs.CHROMIUM_ARGS)
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+def _open(chromium, url: str, *, scheme: str = "light", viewport=None):
+    from test_browser import DESKTOP, new_page, open_page
+
+    context, page, guard = new_page(chromium, scheme=scheme, viewport=viewport or DESKTOP)
+    open_page(page, url)
+    return context, page, guard
+
+
+READY = "() => document.querySelector('.fg-explorer[data-fg-ready]') !== null"
+MAPS_JS = """() => [...document.querySelectorAll('.fg-explorer__map')].map(m => ({
+  head: Number(m.dataset.head),
+  cells: [...m.children].map(c => [Number(c.dataset.i), Number(c.dataset.j), Number(c.dataset.w)]),
+}))"""
+BARS_JS = """() => [...document.querySelectorAll('.fg-explorer__barrow')].map(r => ({
+  head: Number(r.dataset.head), weights: [...r.children].map(b => Number(b.dataset.w)),
+}))"""
+
+
+def _page_weights(page, heads: int, n: int) -> torch.Tensor:
+    """(H, N, N) weights read from the heatmaps (every head shown)."""
+    out = torch.full((heads, n, n), float("nan"), dtype=torch.float64)
+    maps = page.evaluate(MAPS_JS)
+    assert sorted(m["head"] for m in maps) == list(range(heads)), "not every head is shown"
+    for m in maps:
+        for i, j, w in m["cells"]:
+            out[m["head"], i, j] = w
+    return out
+
+
+def _screenshot(locator, name: str) -> None:
+    """Save one widget to test-artifacts/screenshots, without the sticky header over it."""
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    locator.page.evaluate("() => document.querySelector('.md-header').style.visibility = 'hidden'")
+    try:
+        locator.screenshot(path=str(SCREENSHOTS / name))
+    finally:
+        locator.page.evaluate("() => document.querySelector('.md-header').style.visibility = ''")
+
+
+def _choose(page, role: str, value: str) -> None:
+    """Pick an option by its value (Playwright's ``value=`` also matches labels:
+    the layer select's option "0" is labelled "1")."""
+    select = page.locator(f".fg-explorer select[data-role={role}]")
+    index = select.evaluate("(s, v) => [...s.options].findIndex(o => o.value === v)", value)
+    assert index >= 0, f"no option {value!r} in the {role} select"
+    select.select_option(index=index)
+    assert select.input_value() == value
+
+
+def _set_mask(page, causal: bool, window: int, padding: int) -> None:
+    page.set_checked(".fg-explorer input[data-role=causal]", causal)
+    _choose(page, "window", str(window))
+    _choose(page, "padding", str(padding))
+
+
+CASES = [  # sentence, layer, causal, window, padding
+    (0, 0, True, 0, 0),
+    (0, 1, True, 0, 0),
+    (1, 0, False, 0, 0),
+    (2, 1, True, 0, 3),
+    (3, 0, False, 0, 2),
+    (1, 1, False, 3, 0),
+    (2, 0, True, 4, 0),
+    (3, 1, True, 1, 2),  # the padded queries keep no key: zero rows
+]
+
+
+@pytest.mark.browser
+def test_page_weights_equal_the_models(chromium, url, site, trained):
+    data = hook.read_data_script((site / hook.DATA_URI).read_text(encoding="utf-8"))
+    assert data == hook.export(trained), (
+        "the site's exported queries and keys differ from the model trained here "
+        "(a site built from other code, or training that is not deterministic)"
+    )
+    context, page, guard = _open(chromium, url + EXPLORER)
+    try:
+        page.wait_for_function(READY)
+        _choose(page, "head", "all")
+        worst = 0.0
+        for sentence, layer, causal, window, padding in CASES:
+            _choose(page, "sentence", str(sentence))
+            _choose(page, "layer", str(layer))
+            _set_mask(page, causal, window, padding)
+            n = len(data["sentences"][sentence]["tokens"])
+            got = _page_weights(page, data["heads"], n)
+            case = f"sentence {sentence}, layer {layer}, causal={causal}, window={window}, padding={padding}"
+            want = model_weights(trained, sentence, layer, causal, window, padding)
+            torch.testing.assert_close(got, want, rtol=0, atol=1e-6, msg=lambda m: f"{case}: page vs model: {m}")
+            exact = exported_weights(data, sentence, layer, causal, window, padding)
+            torch.testing.assert_close(got, exact, rtol=0, atol=1e-12, msg=lambda m: f"{case}: page vs snippet: {m}")
+            worst = max(worst, (got - want).abs().max().item())
+            # The bars are the selected query's row of the same weights.
+            query = page.evaluate("() => JSON.parse(document.querySelector('.fg-explorer').dataset.state).query")
+            for row in page.evaluate(BARS_JS):
+                assert row["weights"] == got[row["head"], query].tolist(), case
+        assert exact[:, -2:].abs().sum() == 0 and got[:, -2:].abs().sum() == 0  # the last case's empty rows
+        assert not guard.console and not guard.off_host, (guard.console, guard.off_host)
+        print(f"\nexplorer: {len(CASES)} settings, page vs model max |diff| {worst:.1e}")
+    finally:
+        context.close()
+
+
+@pytest.mark.browser
+def test_explorer_reacts_to_pointer_and_keyboard(chromium, url):
+    context, page, guard = _open(chromium, url + EXPLORER)
+    try:
+        page.wait_for_function(READY)
+        tokens = page.locator(".fg-explorer__token")
+        assert tokens.count() == 13
+        assert page.locator(".fg-explorer__map").count() == 1  # one head to start with
+        pressed = "() => [...document.querySelectorAll('.fg-explorer__token')].findIndex(b => b.getAttribute('aria-pressed') === 'true')"
+        readout = page.locator(".fg-explorer__readout")
+        # Hover a token: it becomes the query, the readout names it.
+        tokens.nth(2).hover()
+        assert page.evaluate(pressed) == 2
+        assert readout.inner_text().startswith("Query 3 ")
+        # Tap another.
+        tokens.nth(9).click()
+        assert page.evaluate(pressed) == 9
+        # Keyboard: arrows, Home and End move the query and the focus.
+        page.keyboard.press("ArrowLeft")
+        assert page.evaluate(pressed) == 8
+        assert page.evaluate("() => document.activeElement.dataset.i") == "8"
+        page.keyboard.press("End")
+        assert page.evaluate(pressed) == 12
+        page.keyboard.press("Home")
+        assert page.evaluate(pressed) == 0 and readout.inner_text().startswith("Query 1 ")
+        # One tab stop for the tokens (roving tabindex), reached from the last control.
+        assert page.locator(".fg-explorer__token[tabindex='0']").count() == 1
+        page.locator(".fg-explorer select[data-role=padding]").focus()
+        page.keyboard.press("Tab")
+        assert page.evaluate("() => document.activeElement.classList.contains('fg-explorer__token')")
+        # Every control has a label.
+        unlabelled = page.evaluate(
+            "() => [...document.querySelectorAll('.fg-explorer select, .fg-explorer input')]"
+            ".filter(c => !c.labels || c.labels.length === 0).map(c => c.outerHTML)"
+        )
+        assert not unlabelled, unlabelled
+        assert page.locator(".fg-explorer [aria-live]").count() >= 1
+        # All heads at once, chosen with the keyboard.
+        page.locator(".fg-explorer select[data-role=head]").focus()
+        page.keyboard.press("End")
+        page.wait_for_function("() => document.querySelectorAll('.fg-explorer__map').length === 4")
+        assert page.locator(".fg-explorer__barrow").count() == 4
+        # Switching the mask changes what the page says changed.
+        changes = page.locator(".fg-explorer__changes")
+        assert changes.get_attribute("data-changed") == ""
+        page.locator(".fg-explorer input[data-role=causal]").click()
+        assert changes.get_attribute("data-changed") not in ("", None)
+        page.locator(".fg-explorer input[data-role=causal]").click()
+        _choose(page, "padding", "2")
+        assert changes.get_attribute("data-changed") == "11,12"  # causal + right padding: only the padded rows
+        # Clicking a heatmap row picks that query.
+        page.locator(".fg-explorer__map").first.locator("[data-i='4'][data-j='0']").click()
+        assert page.evaluate(pressed) == 4
+        assert not guard.console and not guard.off_host, (guard.console, guard.off_host)
+        _screenshot(page.locator(".fg-explorer"), "explorer-light.png")
+    finally:
+        context.close()
+
+
+@pytest.mark.browser
+def test_explorer_in_the_dark_palette_and_on_a_phone(chromium, url):
+    from test_browser import OVERFLOW_JS, PHONE
+
+    context, page, guard = _open(chromium, url + EXPLORER, scheme="dark", viewport=PHONE)
+    try:
+        page.wait_for_function(READY)
+        assert page.evaluate("document.body.getAttribute('data-md-color-scheme')") == "slate"
+        _choose(page, "head", "all")
+        page.locator(".fg-explorer__token").nth(7).click()
+        phone = page.evaluate(OVERFLOW_JS)
+        assert phone["scroll"] <= phone["client"] + 1, phone
+        # The heat is Material's link colour of the dark palette, not the light one.
+        heat = page.evaluate("() => getComputedStyle(document.querySelector('.fg-explorer__bar')).backgroundColor")
+        link = page.evaluate("""() => {
+          const probe = document.createElement('span');
+          probe.style.color = 'var(--md-typeset-a-color)';
+          document.querySelector('.md-typeset').appendChild(probe);
+          const colour = getComputedStyle(probe).color;
+          probe.remove();
+          return colour;
+        }""")
+        assert heat == link and heat != "rgb(64, 81, 181)", (heat, link)  # not the light palette's indigo
+        assert not guard.console, guard.console
+        _screenshot(page.locator(".fg-explorer"), "explorer-dark-phone.png")
+    finally:
+        context.close()
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("path, own", [(EXPLORER, ("explorer.js", "tiny-gpt.js", "explorer.css")),
+                                       (PLAYGROUND, ("explorer.js", "explorer.css"))])
+def test_widget_script_and_data_budget(chromium, url, pages_loading_explorer, path, own):
+    context, page, guard = _open(chromium, url + path)
+    try:
+        loaded = {u.rsplit("/", 1)[-1]: size for u, size in guard.raw_bytes.items()}
+        assert set(own) <= set(loaded), f"{path} did not load {own}: {sorted(loaded)}"
+        total = sum(loaded[name] for name in own)
+        print(f"\n{path}: explorer script, style and data {total / 1e3:.1f} kB (budget {SCRIPT_BUDGET / 1e3:.0f} kB)")
+        assert total <= SCRIPT_BUDGET, f"{path}: {total} bytes of explorer script and data"
+    finally:
+        context.close()
+    assert pages_loading_explorer == {EXPLORER, PLAYGROUND}
+
+
+@pytest.fixture(scope="module")
+def pages_loading_explorer(site) -> set[str]:
+    """The built pages that load the explorer's script: only those that use it."""
+    found = set()
+    for html in site.rglob("*.html"):
+        if "javascripts/explorer.js" in html.read_text(encoding="utf-8"):
+            rel = html.relative_to(site).as_posix()
+            found.add(rel[: -len("index.html")] if rel.endswith("index.html") else rel)
+    return found
+
+
+@pytest.mark.browser
+def test_explorer_after_instant_navigation(chromium, url):
+    context, page, guard = _open(chromium, url + PLAYGROUND)
+    try:
+        page.wait_for_function("() => document.querySelector('.fg-softmax-playground[data-fg-ready]') !== null")
+        page.evaluate("window.__sameDocument = true")
+        page.locator('.md-content a[href$="explorer/"]').first.click()
+        page.wait_for_url(url + EXPLORER)
+        page.wait_for_function(READY)
+        assert page.evaluate("window.__sameDocument === true"), "instant navigation is off: the test checks nothing"
+        page.locator(".fg-explorer__token").nth(3).hover()
+        assert page.locator(".fg-explorer__readout").inner_text().startswith("Query 4 ")
+        assert not guard.console, guard.console
+    finally:
+        context.close()
+
+
+PLAYGROUND_JS = """() => {
+  const root = document.querySelector('.fg-softmax-playground');
+  return {
+    alpha: Number(root.dataset.alpha),
+    weights: [...root.querySelectorAll('.fg-playground__bar')].map(b => Number(b.dataset.w)),
+    max: Number(root.querySelector('[data-max]').dataset.max),
+    jacobian: Number(root.querySelector('[data-jacobian]').dataset.jacobian),
+    text: root.querySelector('.fg-playground__stats').textContent,
+  };
+}"""
+
+
+def _expected(scores: list[float], alpha: float) -> tuple[torch.Tensor, float]:
+    s = torch.tensor(scores, dtype=torch.float64) * alpha
+    w = torch.softmax(s, dim=-1)
+    jacobian = torch.autograd.functional.jacobian(lambda x: torch.softmax(x, dim=-1), s)
+    return w, torch.linalg.matrix_norm(jacobian).item()
+
+
+@pytest.mark.browser
+def test_playground_softmax_equals_torch(chromium, url):
+    context, page, guard = _open(chromium, url + PLAYGROUND)
+    try:
+        page.wait_for_function("() => document.querySelector('.fg-softmax-playground[data-fg-ready]') !== null")
+        inputs = page.locator(".fg-softmax-playground input[data-role=score]")
+        assert inputs.count() == 5
+        checked = 0
+        for scores in ([2, 1, 0.5, -1, 0], [0.3, -2.5, 4, 4, 1e-3], [900, 899, -50, 3, 898.5]):
+            for j, s in enumerate(scores):
+                inputs.nth(j).fill(str(s))
+            for slider in ("0", "-1", "1.3"):
+                page.locator(".fg-softmax-playground input[data-role=scale]").evaluate(
+                    "(el, v) => { el.value = v; el.dispatchEvent(new Event('input', {bubbles: true})); }", slider)
+                got = page.evaluate(PLAYGROUND_JS)
+                want, norm = _expected(scores, got["alpha"])
+                assert abs(got["alpha"] - 10 ** float(slider)) < 1e-9
+                torch.testing.assert_close(torch.tensor(got["weights"], dtype=torch.float64), want, rtol=0, atol=1e-6)
+                assert abs(got["max"] - want.max().item()) < 1e-6
+                assert abs(got["jacobian"] - norm) < 1e-6, (scores, slider, got["jacobian"], norm)
+                checked += 1
+        # The keyboard moves the slider; at the top the softmax saturates.
+        inputs.nth(0).fill("2")
+        inputs.nth(1).fill("1")
+        for j in (2, 3, 4):
+            inputs.nth(j).fill("0")
+        page.locator(".fg-softmax-playground input[data-role=scale]").focus()
+        page.keyboard.press("Home")
+        low = page.evaluate(PLAYGROUND_JS)
+        page.keyboard.press("End")
+        high = page.evaluate(PLAYGROUND_JS)
+        assert low["alpha"] == pytest.approx(0.1) and high["alpha"] == pytest.approx(100.0)
+        assert low["max"] < 0.4 < 0.999 < high["max"] and high["jacobian"] < 1e-6 < low["jacobian"]
+        assert page.locator(".fg-softmax-playground [aria-live]").count() == 1
+        assert not guard.console and not guard.off_host, (guard.console, guard.off_host)
+        print(f"\nplayground: {checked} settings equal torch.softmax to 1e-6")
+        for j, s in enumerate([3, 1, 0.5, -1, 2]):
+            inputs.nth(j).fill(str(s))
+        page.locator(".fg-softmax-playground input[data-role=scale]").evaluate(
+            "el => { el.value = '0.3'; el.dispatchEvent(new Event('input', {bubbles: true})); }")
+        _screenshot(page.locator(".fg-softmax-playground"), "softmax-playground-light.png")
+    finally:
+        context.close()
