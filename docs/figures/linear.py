@@ -13,7 +13,6 @@ import pathlib
 import torch
 import yaml
 from matplotlib.colors import LinearSegmentedColormap, to_rgba
-from matplotlib.patches import Patch
 
 from snippets.linear.delta_rule import delta_rule_chunked, delta_rule_parallel
 from snippets.linear.gated_linear import gla_parallel
@@ -33,16 +32,6 @@ HYBRIDS = pathlib.Path(__file__).resolve().parents[1] / "data" / "hybrids.yaml"
 def _signed_cmap(s):
     """Negative orange, zero the faint grid colour, positive blue."""
     return LinearSegmentedColormap.from_list(f"fg-signed-{s.palette}", [s.b, s.faint, s.a])
-
-
-def _plain_grid(ax, n, m, step=4):
-    ax.set_xticks(range(0, m + 1, step))
-    ax.set_yticks(range(0, n + 1, step))
-    ax.tick_params(length=0, labelsize=7)
-    ax.xaxis.set_ticks_position("top")
-    ax.xaxis.set_label_position("top")
-    for side in ax.spines.values():
-        side.set_visible(False)
 
 
 # ---------------------------------------------------------------- gated linear attention
@@ -205,7 +194,8 @@ def hybrid_memory(s):
         state = cache_bytes(config, 0)["state"] / gib
         ax.plot(lengths, hybrid, "o-", color=colour, markersize=3,
                 label=f"{config.name}: {config.n_linear} linear + {config.n_full} full")
-        ax.plot(lengths, full, "--", color=colour, linewidth=1.2, label=f"{config.name}, all {len(config.layer_types)} full")
+        ax.plot(lengths, full, "--", color=colour, linewidth=1.2,
+                label=f"{config.name}, all {len(config.layer_types)} full")
         ax.axhline(state, color=colour, linewidth=0.6, linestyle=":")
         saving = 1 - hybrid[-1] / full[-1]
         ax.text(lengths[-1] * 1.15, hybrid[-1], f"{hybrid[-1]:.1f} GiB\n{saving:.0%} less", fontsize=7,
