@@ -276,3 +276,63 @@ def ragged_masks(s):
     fig.text(0.5, 0.995, "ragged_causal_mask([5, 3, 7], n = 7): grey = padding, never attended",
              ha="center", va="top", color=s.muted, fontsize=8)
     return fig
+
+
+def _flash_forward_schedule(n: int, m: int, block_m: int, block_n: int) -> list[list[int]]:
+    """The key tiles each program of the causal forward in snippets/efficiency/flash_triton.py
+    loads, program by program: the kernel's loop ``for start_n in range(0, hi, BLOCK_N)`` with
+    ``hi = min(M, max(0, (start_m + 1) * BLOCK_M + M - N))``, written out in Python (a figure
+    must not import triton)."""
+    schedule = []
+    for start_m in range(-(-n // block_m)):  # one program per tile of queries
+        hi = min(m, max(0, (start_m + 1) * block_m + m - n))
+        schedule.append([start_n // block_n for start_n in range(0, hi, block_n)])
+    return schedule
+
+
+def flash_tile_schedule(s):
+    """Which (query tile, key tile) pairs the causal FlashAttention-2 forward computes, for N < M and N > M."""
+    block = 16
+    fig, axes = s.figure(7.4, 3.4, ncols=2, adjust={"left": 0.08, "right": 0.99, "top": 0.76, "bottom": 0.13,
+                                                   "wspace": 0.2})
+    allowed_c, masked_c, pad_c = to_rgba(s.a), to_rgba(s.b, 0.4), to_rgba(s.faint)
+    for ax, (n, m) in zip(axes, ((40, 72), (72, 40))):
+        schedule = _flash_forward_schedule(n, m, block, block)
+        rows, cols = -(-n // block), -(-m // block)
+        rgba = [[(0, 0, 0, 0)] * (cols * block) for _ in range(rows * block)]
+        for p, tiles in enumerate(schedule):
+            for t in tiles:
+                for i in range(p * block, (p + 1) * block):
+                    for j in range(t * block, (t + 1) * block):
+                        if i >= n or j >= m:
+                            rgba[i][j] = pad_c  # outside the tensors: loaded as zeros, never stored
+                        else:
+                            rgba[i][j] = allowed_c if j <= i + m - n else masked_c  # lower-right causal
+        ax.imshow(rgba, extent=(0, cols * block, rows * block, 0), interpolation="none", aspect="equal")
+        ax.hlines(range(0, rows * block + 1, block), 0, cols * block, colors=s.muted, linewidth=0.9)
+        ax.vlines(range(0, cols * block + 1, block), 0, rows * block, colors=s.muted, linewidth=0.9)
+        ax.plot([0, m, m, 0, 0], [0, 0, n, n, 0], color=s.ink, linewidth=1.2)  # the N x M scores
+        ax.set_xlim(-0.5, cols * block + 0.5)
+        ax.set_ylim(rows * block + 0.5, -0.5)
+        ax.set_xticks(range(0, cols * block + 1, block))
+        ax.set_yticks(range(0, rows * block + 1, block))
+        ax.tick_params(length=0, labelsize=7)
+        ax.xaxis.set_ticks_position("top")
+        ax.xaxis.set_label_position("top")
+        for side in ax.spines.values():
+            side.set_visible(False)
+        ax.set_xlabel("key position", fontsize=7.5)
+        ax.set_ylabel("query position (program = row of tiles)", fontsize=7.5)
+        loaded = sum(len(t) for t in schedule)
+        ax.set_title(f"N = {n}, M = {m}: {loaded} of {rows * cols} tiles loaded", fontsize=8.5, pad=24)
+        for p, tiles in enumerate(schedule):
+            ax.text(cols * block + 1.5, p * block + block / 2, f"{len(tiles)}", fontsize=7, va="center",
+                    color=s.muted, clip_on=False)
+    handles = [Patch(facecolor=allowed_c, label="computed: key allowed (j ≤ i + M − N)"),
+               Patch(facecolor=masked_c, label="computed, then masked"),
+               Patch(facecolor=pad_c, label="past the end of Q or K (ragged tile)"),
+               Patch(facecolor="none", edgecolor=s.muted, label="never loaded")]
+    fig.legend(handles=handles, loc="lower center", ncol=4, fontsize=6.8, handlelength=1.2, columnspacing=1.0)
+    fig.text(0.5, 0.995, f"causal forward, BLOCK_M = BLOCK_N = {block}; right of each row: key tiles its program loads",
+             ha="center", va="top", color=s.muted, fontsize=8)
+    return fig

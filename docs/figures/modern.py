@@ -11,11 +11,17 @@ import math
 
 from matplotlib.colors import to_rgba
 from matplotlib.patches import FancyBboxPatch, Patch
+import torch
+from torch import nn
 
 from hooks.models_table import cache_bytes, layer_types, load_models
+from snippets.architecture.block import TorchAttention, TransformerBlock
+from snippets.modern.block import DecoderAttention, DecoderLayer, swiglu_width
 from snippets.modern.cache_size import mha_cache_elements, mla_cache_elements
+from snippets.modern.gates import softcap
 from snippets.modern.layer_patterns import layer_mask
 from snippets.modern.rope_scaling import rope_frequencies, rope_inv_freq
+from snippets.modern.sinks import SinkCache, sink_window_mask
 
 
 def _models() -> dict[str, dict]:
@@ -169,7 +175,7 @@ def rope_scaled_wavelengths(s):
     ax.set_xlabel("plane i (fast → slow)")
     ax.set_ylabel("slowdown θ_i / θ_i'")
     ax.set_title("how much each plane is slowed", loc="left")
-    ax.legend(fontsize=7, loc="upper left")
+    ax.legend(fontsize=7, loc="lower right")
     return fig
 
 
@@ -206,4 +212,138 @@ def model_cache_sizes(s):
                            label="128k, local layers made global")[0])
     ax.legend(handles=handles, loc="lower center", bbox_to_anchor=(0.4, 1.0), ncol=4, fontsize=7,
               handletextpad=0.2, columnspacing=1.0)
+    return fig
+
+
+# ---------------------------------------------------------------- the modern block
+def _block_column(s, ax, x, title, steps, params):
+    """Boxes from bottom to top joined by arrows; each box may name the attribute
+    of the module that holds it (left) and its parameter count (right)."""
+    ax.text(x, 10.0, title, ha="center", va="center", fontsize=9, weight="bold", color=s.ink)
+    for (y, text, colour, filled, attr), (y_next, *_rest) in zip(steps, steps[1:] + [(None,)]):
+        s.box(ax, x, y, 3.3, 0.78, text, colour=colour, filled=filled, size=8)
+        if attr:
+            s.label(ax, x - 1.8, y + (0.17 if params.get(attr, 0) > 10**6 else 0), attr, size=6.5, ha="right",
+                    va="center", family="monospace")
+        if params.get(attr, 0) > 10**6:
+            s.label(ax, x - 1.8, y - 0.2, f"{params[attr] / 1e6:.1f}M parameters", size=6.5, ha="right",
+                    va="center", colour=s.ink)
+        if y_next is not None:
+            s.arrow(ax, (x, y + 0.39), (x, y_next - 0.39))
+
+
+def _block_residual(s, ax, x, y_from, y_to, side=2.05):
+    xs = x + side
+    s.arrow(ax, (x, y_from), (xs, y_from), colour=s.b, style="-", width=1.5)
+    s.arrow(ax, (xs, y_from), (xs, y_to), colour=s.b, style="-", width=1.5)
+    s.arrow(ax, (xs, y_to), (x + 0.42, y_to), colour=s.b, width=1.5)
+
+
+def _parameters(module) -> dict[str, int]:
+    counts = {name: sum(p.numel() for p in child.parameters()) for name, child in module.named_children()}
+    if "linear1" in counts:  # the 2017 MLP is two Linear children
+        counts["linear1, linear2"] = counts["linear1"] + counts["linear2"]
+    return counts
+
+
+def modern_block_diagram(s):
+    """The 2017 post-norm block next to a Llama 3 8B layer, with the modules of the two snippets."""
+    d, heads, kv_heads = 4096, 32, 8
+    d_ff = swiglu_width(d, 1024, 1.3)
+    # On the meta device: parameter counts without allocating them. RoPE has no
+    # parameters, and its table check would be the first meta operation (a slow one).
+    with torch.device("meta"):
+        modern = DecoderLayer(DecoderAttention(d, heads, kv_heads, rope_base=None), d, d_ff, norm_eps=1e-5)
+        post = TransformerBlock(TorchAttention(nn.MultiheadAttention(d, heads, batch_first=True)), d, 4 * d,
+                                activation="relu", norm_first=False)
+    p_modern, p_post = _parameters(modern), _parameters(post)
+    fig, ax = s.canvas(7.4, 4.7, xlim=(0, 17.6), ylim=(-1.0, 10.4))
+    left = [
+        (0.6, "x + sinusoids", s.muted, False, ""),
+        (2.0, f"attention, {heads} heads", s.a, False, "attention"),
+        (3.25, "+", s.b, False, ""),
+        (4.45, "LayerNorm", s.d, True, "norm1"),
+        (5.8, f"ReLU MLP, d_ff = {4 * d}", s.c, False, "linear1, linear2"),
+        (7.05, "+", s.b, False, ""),
+        (8.3, "LayerNorm", s.d, True, "norm2"),
+    ]
+    right = [
+        (0.6, "x", s.muted, False, ""),
+        (1.65, "RMSNorm", s.d, True, "input_layernorm"),
+        (2.85, f"GQA {heads}/{kv_heads} heads, RoPE", s.a, False, "self_attn"),
+        (4.05, "+", s.b, False, ""),
+        (5.2, "RMSNorm", s.d, True, "post_attention_layernorm"),
+        (6.4, f"SwiGLU, d_ff = {d_ff}", s.c, False, "mlp"),
+        (7.6, "+", s.b, False, ""),
+        (8.75, "out", s.muted, False, ""),
+    ]
+    total_post = sum(p_post[k] for k in ("attention", "linear1", "linear2", "norm1", "norm2"))
+    total_modern = sum(p_modern.values())
+    _block_column(s, ax, 4.1, "2017: post-norm, LayerNorm, ReLU", left, p_post)
+    _block_column(s, ax, 13.3, "modern: pre-norm, RMSNorm, SwiGLU", right, p_modern)
+    _block_residual(s, ax, 4.1, 1.15, 3.25)
+    _block_residual(s, ax, 4.1, 4.95, 7.05)
+    _block_residual(s, ax, 13.3, 1.0, 4.05)
+    _block_residual(s, ax, 13.3, 4.55, 7.6)
+    s.label(ax, 4.1, -0.45, f"every path passes a LayerNorm; biases everywhere\n{total_post / 1e6:.1f}M parameters "
+            f"at D = {d}", ha="center", va="center", size=7.5)
+    s.label(ax, 13.3, -0.45, f"x reaches the top untouched; no biases; one more RMSNorm\nafter the last layer; "
+            f"{total_modern / 1e6:.1f}M parameters (Llama 3 8B)", ha="center", va="center", size=7.5)
+    return fig
+
+
+# ---------------------------------------------------------------- attention sinks
+def sink_window_cache(s):
+    """The sink-plus-window mask, and what SinkCache holds over a longer decode."""
+    n, n_sink, window, steps = 14, 2, 4, 48
+    mask = sink_window_mask(n, n, n_sink, window)  # (N, N), True = may attend
+    sinks = torch.zeros(n, n, dtype=torch.bool)
+    sinks[:, :n_sink] = True
+    cache = SinkCache(n_sink, window)
+    step, held = [], []
+    for t in range(steps):  # decode one token at a time; keys and values are placeholders
+        cache.update(torch.zeros(1, 1, 1, 1), torch.zeros(1, 1, 1, 1))
+        step += [t] * len(cache)
+        held += cache.positions.tolist()
+    fig, axes = s.figure(7.4, 3.2, ncols=2, adjust={"left": 0.06, "right": 0.98, "top": 0.74, "bottom": 0.14,
+                                                   "wspace": 0.22}, gridspec_kw={"width_ratios": [1, 1.25]})
+    s.mask_grid(axes[0], mask, "", colour=s.a)
+    s.mask_grid(axes[0], mask & sinks, "", colour=s.b)  # the sink columns drawn over in orange
+    axes[0].tick_params(labelsize=6)
+    axes[0].set_title(f"sink_window_mask: N = {n},\n{n_sink} sinks, window w = {window}", fontsize=8.5, pad=20)
+    ax = axes[1]
+    ax.fill_between([0, steps - 1], [0, 0], [0, steps - 1], color=s.faint, linewidth=0, label="a full cache")
+    colours = [s.b if p < n_sink else s.a for p in held]
+    ax.scatter(step, held, c=colours, s=5, linewidths=0)
+    ax.set_xlim(-0.5, steps - 0.5)
+    ax.set_ylim(-0.5, steps - 0.5)
+    ax.set_xlabel("decoding step t")
+    ax.set_ylabel("position of a token held")
+    ax.text(1, steps * 0.97, f"it holds at most\n{n_sink} sinks (orange) + "
+            f"{window} recent tokens;\na full cache holds all t + 1 (grey)", fontsize=7, color=s.ink, va="top")
+    ax.set_title(f"SinkCache over {steps} decoding steps: {len(cache)} tokens held at the end", fontsize=8.5,
+                 pad=8)
+    return fig
+
+
+# ---------------------------------------------------------------- soft caps
+def softcap_curves(s):
+    """c tanh(s / c) against s for three caps, from softcap."""
+    scores = torch.linspace(-120, 120, 241)
+    fig, ax = s.figure(5.6, 2.9, adjust={"left": 0.13, "right": 0.97, "bottom": 0.16, "top": 0.93})
+    ax.plot(scores, scores, color=s.muted, linestyle=":", linewidth=1.2, label="no cap: s")
+    for cap, colour, note in ((50.0, s.a, "Gemma 2 attention"), (30.0, s.c, "Gemma 2 final logits"),
+                              (10.0, s.b, "")):
+        capped = softcap(scores, cap)
+        ax.plot(scores, capped, color=colour, label=f"c = {cap:g}" + (f" ({note})" if note else ""))
+        ax.axhline(cap, color=colour, linewidth=0.6, linestyle="--")
+        ax.plot([cap], [float(softcap(torch.tensor(cap), cap))], "o", color=colour, markersize=3.5)
+    ax.set_xlim(-120, 120)
+    ax.set_ylim(-70, 70)
+    ax.axhline(0, color=s.faint, linewidth=0.8, zorder=0)
+    ax.axvline(0, color=s.faint, linewidth=0.8, zorder=0)
+    ax.set_xlabel("score s")
+    ax.set_ylabel("softcap(s, c) = c tanh(s / c)")
+    ax.text(52, 14, "dots: s = c gives 0.76 c", fontsize=7, color=s.muted)
+    ax.legend(fontsize=7, loc="lower right")
     return fig
