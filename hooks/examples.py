@@ -20,6 +20,14 @@ Why a hook and not mkdocs-jupyter's own ``execute: true``:
 The executed notebooks are stored in ``.cache/examples`` (or
 ``$FIELD_GUIDE_EXAMPLE_CACHE``); mkdocs-jupyter renders them with
 ``execute: false``.
+
+The console stays short: mkdocs-jupyter's two lines per notebook ("Converting
+notebook", "Cache miss") are hidden, and the examples report one progress line
+that updates in place on a terminal (one line per example elsewhere, so CI logs
+stay readable). ``mkdocs build -v`` or ``FIELD_GUIDE_VERBOSE=1`` shows it all.
+
+Each example page links to a zip of the example and the project files it
+imports (``snippets/...``), laid out so that it runs where it is unpacked.
 """
 
 from __future__ import annotations
@@ -45,6 +53,43 @@ from mkdocs.structure.files import File, Files
 from mkdocs.utils import get_relative_url
 
 log = logging.getLogger("mkdocs.hooks.examples")
+# mkdocs-jupyter logs two INFO lines per notebook on every build.
+NOISY_LOGGERS = ("mkdocs.mkdocs-jupyter", "mkdocs.plugins.mkdocs_jupyter")
+
+
+def verbose() -> bool:
+    """Details on the console: ``mkdocs build -v`` or ``FIELD_GUIDE_VERBOSE=1``."""
+    flag = os.environ.get("FIELD_GUIDE_VERBOSE", "").strip().lower() not in ("", "0", "false", "no", "off")
+    return flag or logging.getLogger("mkdocs").getEffectiveLevel() <= logging.DEBUG
+
+
+class Progress:
+    """``examples: [i/n] name ran in s``: one line rewritten in place on a
+    terminal, plain log lines otherwise (or when ``verbose()``)."""
+
+    def __init__(self, total: int, stream=None):
+        self.total, self.stream = total, stream if stream is not None else sys.stderr
+        self.live = not verbose() and hasattr(self.stream, "isatty") and self.stream.isatty()
+        self.width = 0  # length of the line on screen, to blank it out
+
+    def step(self, text: str) -> None:
+        if not self.live:
+            log.info("examples: %s", text)
+            return
+        line = f"INFO    -  examples: {text}"
+        self.stream.write("\r" + line.ljust(self.width))
+        self.stream.flush()
+        self.width = len(line)
+
+    def interrupt(self) -> None:
+        """End the live line, so that a warning starts on a line of its own."""
+        if self.live and self.width:
+            self.stream.write("\n")
+            self.stream.flush()
+            self.width = 0
+
+    def close(self) -> None:
+        self.interrupt()
 
 HOOK_VERSION = "5"  # bump to invalidate every cached example
 EXAMPLES_DIR = "examples"
@@ -288,6 +333,7 @@ def run_examples(config) -> dict[str, pathlib.Path]:
         len(todo), len(examples), len(examples) - len(todo), workers,
     )
     failures: list[str] = []
+    progress = Progress(len(todo))
     done = 0
     lock = threading.Lock()
     started = time.perf_counter()
@@ -298,8 +344,9 @@ def run_examples(config) -> dict[str, pathlib.Path]:
         with lock:
             done += 1
             if error is None:
-                log.info("examples: [%d/%d] %s ran in %.1f s", done, len(todo), example.name, seconds)
+                progress.step(f"[{done}/{len(todo)}] {example.name} ran in {seconds:.1f} s")
                 return
+            progress.interrupt()
             summary = getattr(error, "summary", None) or f"{type(error).__name__}: {error}"
             detail = getattr(error, "detail", "")
             # One line now, so a long build shows the failure as it happens.
@@ -338,6 +385,7 @@ def run_examples(config) -> dict[str, pathlib.Path]:
         thread.start()
     for thread in threads:
         thread.join()
+    progress.close()
     if todo:
         log.info("examples: executed %d in %.1f s", len(todo), time.perf_counter() - started)
     if failures:
@@ -354,6 +402,13 @@ def run_examples(config) -> dict[str, pathlib.Path]:
 # ----------------------------------------------------------------------------
 # MkDocs events
 # ----------------------------------------------------------------------------
+def on_config(config):
+    if not verbose():
+        for name in NOISY_LOGGERS:
+            logging.getLogger(name).setLevel(logging.WARNING)
+    return config
+
+
 @event_priority(100)  # before mkdocs-jupyter wraps the notebook files
 def on_files(files: Files, config) -> Files:
     executed = run_examples(config)
