@@ -24,7 +24,26 @@
       el.setAttribute("data-fg-typeset", "");
       renderMathInElement(el, options);
     });
+    keepPunctuation();
     focusWideMath();
+  }
+  // A line may break between a formula and the comma or full stop after it,
+  // which then starts the next line on its own. Bind the two together.
+  function keepPunctuation() {
+    document.querySelectorAll(".md-content .katex").forEach(function (el) {
+      if (el.closest(".katex-display, .fg-nowrap")) return;
+      var box = el.parentElement.matches("span.arithmatex") ? el.parentElement : el;
+      var next = box.nextSibling;
+      if (!next || next.nodeType !== Node.TEXT_NODE) return;
+      var punctuation = next.nodeValue.match(/^[,.;:!?)\]]+/);
+      if (!punctuation) return;
+      var rest = next.splitText(punctuation[0].length);
+      var wrap = document.createElement("span");
+      wrap.className = "fg-nowrap";
+      box.parentNode.insertBefore(wrap, box);
+      wrap.appendChild(box);
+      wrap.appendChild(rest.previousSibling);
+    });
   }
   // A display equation wider than the column scrolls in its own box
   // (extra.css); keyboard users need to reach that box to scroll it.
