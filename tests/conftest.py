@@ -61,6 +61,7 @@ HOST_ONLY = {
     "test_site", "test_browser", "test_setup", "test_snippets_standalone",
     "test_references", "test_timeline", "test_device", "test_figures",
     "test_context_parallel",  # gloo processes on the CPU
+    "test_downloads",  # unpacked examples run in child processes
 }
 
 
