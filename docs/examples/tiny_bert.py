@@ -126,7 +126,7 @@ print(f"hidden token t{int(ids[0, masked_at]) - 4}, predicted t{guess - 4}")
 # a page column would leave each about 140 pixels wide. Click a figure to see
 # it at full size.
 # alt: Layer 1: four heatmaps, two by two, one per head, of attention weights over a 14-token counting sequence with one [MASK]; several heads put much of each query's weight on tokens a few positions to its left or right.
-# alt: Layer 2: four heatmaps, two by two, one per head, of attention weights over the same 14-token sequence; again most heads concentrate each query's weight on a few nearby tokens.
+# alt: Layer 2: four heatmaps, two by two, one per head, of attention weights over the same 14-token sequence; head 4 sends almost every query's weight to one key, the token just before [MASK], and the other heads spread each query's weight over a few tokens.
 labels_text = show(corrupted[0]).split()
 for layer, weights in enumerate(maps):
     fig, axes = plt.subplots(2, 2, figsize=(9, 8.4))
