@@ -49,8 +49,8 @@ SEARCHES = {
     "co-attention": ["attention/co-attention/"],
     "multi-head": ["attention/multi-head/"],
     "KV cache": ["efficiency/kv-cache/"],
-    # FlashAttention's idea is taught on the tiled-attention page (boosted in
-    # its front matter); a page on a Triton flash kernel would do as well.
+    # FlashAttention's idea is taught on the tiled-attention page (a section
+    # title names it); a page on a Triton flash kernel would do as well.
     "flash": ["efficiency/tiled-attention/", "efficiency/flash-triton/"],
 }
 
@@ -933,7 +933,7 @@ def test_figures_open_full_size_and_close_with_the_keyboard(browser, base_url, p
         page.evaluate("() => { window.__sameDocument = true; }")
         # Instant navigation to the page with the widest figures: the zoom
         # must be wired up on pages that arrive without a full load.
-        page.evaluate("url => location$.next(new URL(url))", base_url + "examples/tiny_bert/")
+        page.locator('.md-nav--primary a.md-nav__link[href*="tiny_bert"]').first.click()
         page.wait_for_url(re.compile(re.escape(base_url + "examples/tiny_bert/")))
         page.wait_for_function("() => document.querySelectorAll('.md-content img.fg-zoomable').length >= 2")
         assert page.evaluate("window.__sameDocument === true"), "instant navigation is off"

@@ -417,8 +417,10 @@ def test_search_index_reads_math_as_text(built_site):
     raw = [t[max(0, m.start() - 30): m.end() + 30] for t in texts for m in re.finditer(r"\\[()\[\]]", t)]
     assert not raw, raw[:5]
     assert any("√d" in t for t in texts), "the formula for the scale, \\sqrt{d}, is no longer read as √d"
-    tiled = [doc for doc in index["docs"] if doc["location"].startswith("efficiency/tiled-attention/")]
-    assert tiled and all(doc.get("boost", 1) > 1 for doc in tiled), "the tiled-attention page lost its search boost"
+    # A title match outranks any number of matches in text: "flash" finds
+    # the section that explains what FlashAttention adds to the online softmax.
+    tiled = [doc["title"] for doc in index["docs"] if doc["location"].startswith("efficiency/tiled-attention/")]
+    assert any("FlashAttention" in title for title in tiled), tiled
 
 
 def test_tex_to_text_reads_common_formulas():
