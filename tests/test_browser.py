@@ -918,7 +918,9 @@ ZOOM_STATE = """() => {
   const active = document.activeElement;
   return {
     open: !!layer && layer.checkVisibility(),
-    bigWidth: big ? big.getBoundingClientRect().width : 0,
+    // The image's own width: the dark palette's white card adds padding.
+    bigWidth: big ? big.getBoundingClientRect().width - parseFloat(getComputedStyle(big).paddingLeft)
+                    - parseFloat(getComputedStyle(big).paddingRight) : 0,
     bigNatural: big ? big.naturalWidth : 0,
     focusInLayer: !!layer && layer.contains(active),
     focusedFigure: active && active.matches('img.fg-zoomable') ? active.getAttribute('src').slice(0, 60) : null,
@@ -1042,8 +1044,8 @@ def test_no_punctuation_is_stranded_after_math(browser, base_url, pages):
         for path in ["foundations/scaled-dot-product/", "efficiency/tiled-attention/", "examples/alibi/"]:
             assert path in pages, path
             open_page(page, base_url + path)
-            page.wait_for_selector(".md-content .katex")
-            for width in range(320, 430, 6):
+            page.wait_for_function("() => document.querySelector('.md-content .katex') !== null")
+            for width in range(320, 430, 10):
                 page.set_viewport_size({"width": width, "height": PHONE["height"]})
                 page.evaluate("() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))")
                 for item in page.evaluate(PUNCTUATION_AFTER_MATH):

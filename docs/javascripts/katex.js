@@ -32,7 +32,10 @@
   function keepPunctuation() {
     document.querySelectorAll(".md-content .katex").forEach(function (el) {
       if (el.closest(".katex-display, .fg-nowrap")) return;
-      var box = el.parentElement.matches("span.arithmatex") ? el.parentElement : el;
+      // auto-render puts each formula in a bare <span>; on Markdown pages
+      // that sits in arithmatex's <span class="arithmatex">.
+      var box = el.parentElement.tagName === "SPAN" && el.parentElement.childNodes.length === 1 ? el.parentElement : el;
+      if (box.parentElement.matches("span.arithmatex")) box = box.parentElement;
       var next = box.nextSibling;
       if (!next || next.nodeType !== Node.TEXT_NODE) return;
       var punctuation = next.nodeValue.match(/^[,.;:!?)\]]+/);
