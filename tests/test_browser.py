@@ -1001,8 +1001,8 @@ def test_examples_on_a_phone_show_no_prompts_and_keep_tokens_whole(browser, base
                     problems.append(f"{path}: {out['text']!r} is wider than the screen and does not scroll")
     finally:
         context.close()
-    assert wide > 0, "no printed output is wider than a phone here: the test checks nothing"
     assert not problems, problems
+    assert wide > 0, "no printed output is wider than a phone here: the test checks nothing"
 
 
 def test_search_previews_show_math_as_text(search_page, base_url):
