@@ -268,8 +268,9 @@ def environment() -> str:
 
 
 def plot_scaling(times: dict[str, dict[int, float]], mem: dict[str, dict[int, int]] | None = None,
-                 *, min_n: int = 0):
-    """Log-log plots of time (and memory) against N, slopes in the legend."""
+                 *, min_n: int = 0, slopes: bool = True):
+    """Log-log plots of time (and memory) against N; with ``slopes``, the
+    slope fitted over N >= ``min_n`` in the legend."""
     import matplotlib.pyplot as plt
 
     colours = {name: f"C{i}" for i, name in enumerate(METHODS)}  # one colour per method in both panels
@@ -279,7 +280,7 @@ def plot_scaling(times: dict[str, dict[int, float]], mem: dict[str, dict[int, in
         if per:
             ns = sorted(per)
             axes[0, 0].loglog(ns, [per[n] * 1e3 for n in ns], "o-", color=colours.get(name),
-                              label=f"{name} (slope {fit_slope(per, min_n=min_n):.2f})")
+                              label=f"{name} (slope {fit_slope(per, min_n=min_n):.2f})" if slopes else name)
     axes[0, 0].set(xlabel="sequence length N", ylabel="time per call (ms)", title="Time")
     if mem:
         for name, per in mem.items():
@@ -287,7 +288,7 @@ def plot_scaling(times: dict[str, dict[int, float]], mem: dict[str, dict[int, in
             if pts:
                 ns = sorted(pts)
                 axes[0, 1].loglog(ns, [pts[n] / 2**20 for n in ns], "o-", color=colours.get(name),
-                                  label=f"{name} (slope {fit_slope(pts, min_n=min_n):.2f})")
+                                  label=f"{name} (slope {fit_slope(pts, min_n=min_n):.2f})" if slopes else name)
         axes[0, 1].set(xlabel="sequence length N", ylabel="peak extra memory (MiB)", title="Memory")
     for ax in axes[0]:
         ax.legend(fontsize=8)

@@ -20,6 +20,14 @@ Why a hook and not mkdocs-jupyter's own ``execute: true``:
 The executed notebooks are stored in ``.cache/examples`` (or
 ``$FIELD_GUIDE_EXAMPLE_CACHE``); mkdocs-jupyter renders them with
 ``execute: false``.
+
+The console stays short: mkdocs-jupyter's two lines per notebook ("Converting
+notebook", "Cache miss") are hidden, and the examples report one progress line
+that updates in place on a terminal (one line per example elsewhere, so CI logs
+stay readable). ``mkdocs build -v`` or ``FIELD_GUIDE_VERBOSE=1`` shows it all.
+
+Each example page links to a zip of the example and the project files it
+imports (``snippets/...``), laid out so that it runs where it is unpacked.
 """
 
 from __future__ import annotations
@@ -45,6 +53,43 @@ from mkdocs.structure.files import File, Files
 from mkdocs.utils import get_relative_url
 
 log = logging.getLogger("mkdocs.hooks.examples")
+# mkdocs-jupyter logs two INFO lines per notebook on every build.
+NOISY_LOGGERS = ("mkdocs.mkdocs-jupyter", "mkdocs.plugins.mkdocs_jupyter")
+
+
+def verbose() -> bool:
+    """Details on the console: ``mkdocs build -v`` or ``FIELD_GUIDE_VERBOSE=1``."""
+    flag = os.environ.get("FIELD_GUIDE_VERBOSE", "").strip().lower() not in ("", "0", "false", "no", "off")
+    return flag or logging.getLogger("mkdocs").getEffectiveLevel() <= logging.DEBUG
+
+
+class Progress:
+    """``examples: [i/n] name ran in s``: one line rewritten in place on a
+    terminal, plain log lines otherwise (or when ``verbose()``)."""
+
+    def __init__(self, total: int, stream=None):
+        self.total, self.stream = total, stream if stream is not None else sys.stderr
+        self.live = not verbose() and hasattr(self.stream, "isatty") and self.stream.isatty()
+        self.width = 0  # length of the line on screen, to blank it out
+
+    def step(self, text: str) -> None:
+        if not self.live:
+            log.info("examples: %s", text)
+            return
+        line = f"INFO    -  examples: {text}"
+        self.stream.write("\r" + line.ljust(self.width))
+        self.stream.flush()
+        self.width = len(line)
+
+    def interrupt(self) -> None:
+        """End the live line, so that a warning starts on a line of its own."""
+        if self.live and self.width:
+            self.stream.write("\n")
+            self.stream.flush()
+            self.width = 0
+
+    def close(self) -> None:
+        self.interrupt()
 
 HOOK_VERSION = "5"  # bump to invalidate every cached example
 EXAMPLES_DIR = "examples"
@@ -92,6 +137,59 @@ def local_dependencies(path: pathlib.Path, roots: list[pathlib.Path]) -> list[pa
                         seen.add(candidate)
                         todo.append(candidate)
     return sorted(seen)
+
+
+def bundle_files(example: pathlib.Path, root: pathlib.Path) -> dict[str, pathlib.Path]:
+    """What a reader needs to run ``example`` on their own: archive name -> file.
+
+    The example sits at the top with the helpers of ``docs/examples`` it
+    imports, so ``python <example>.py`` puts them on the path; the project's
+    packages (``snippets/``, ``bench/``) keep their place relative to it, as
+    do data files the code opens by a path written in it ("docs/data/...")."""
+    examples_dir = example.parent
+    files = {example.name: example}
+    for dep in local_dependencies(example, [root, examples_dir]):
+        files[dep.name if dep.parent == examples_dir else dep.relative_to(root).as_posix()] = dep
+    for source in list(files.values()):
+        for node in ast.walk(ast.parse(source.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and "/" in node.value:
+                data = root / node.value
+                if len(node.value) < 200 and "\n" not in node.value and data.is_file() and root in data.resolve().parents:
+                    files[node.value] = data
+    return files
+
+
+def third_party_imports(files: list[pathlib.Path], local: set[str]) -> list[str]:
+    """Top-level modules the files import that are neither local nor in the standard library."""
+    names = set()
+    for file in files:
+        names.update(name.split(".")[0] for name in _imported_names(file.read_text(encoding="utf-8")))
+    return sorted(n for n in names if n not in local and n not in sys.stdlib_module_names and n != "__future__")
+
+
+def write_bundle(example: pathlib.Path, root: pathlib.Path, target: pathlib.Path) -> dict[str, pathlib.Path]:
+    """Write ``target`` (a zip): the example, the files it needs, and a README."""
+    import zipfile
+
+    files = bundle_files(example, root)
+    local = {name.split("/")[0].removesuffix(".py") for name in files}
+    needs = third_party_imports([f for f in files.values() if f.suffix == ".py"], local)
+    readme = (
+        f"{example.name}: an executed example of the Attention Field Guide.\n\n"
+        f"Unpack this folder anywhere and run, from inside it:\n\n    python {example.name}\n\n"
+        f"It needs Python 3.10 or newer and: {', '.join(needs) or 'nothing beyond the standard library'}"
+        f"{' (pip install pyyaml)' if 'yaml' in needs else ''}.\n"
+        "The other files are the project's own code that the example imports, "
+        "at the same relative paths as in the repository.\n"
+    )
+    target.parent.mkdir(parents=True, exist_ok=True)
+    stamp = (2020, 1, 1, 0, 0, 0)  # fixed dates: the same sources give the same zip
+    with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as archive:
+        folder = example.stem
+        archive.writestr(zipfile.ZipInfo(f"{folder}/README.txt", stamp), readme)
+        for name, path in sorted(files.items()):
+            archive.writestr(zipfile.ZipInfo(f"{folder}/{name}", stamp), path.read_bytes(), zipfile.ZIP_DEFLATED)
+    return files
 
 
 def cache_key(example: pathlib.Path, roots: list[pathlib.Path], environment: str) -> str:
@@ -293,6 +391,7 @@ def run_examples(config) -> dict[str, pathlib.Path]:
         len(todo), len(examples), len(examples) - len(todo), workers,
     )
     failures: list[str] = []
+    progress = Progress(len(todo))
     done = 0
     lock = threading.Lock()
     started = time.perf_counter()
@@ -303,8 +402,9 @@ def run_examples(config) -> dict[str, pathlib.Path]:
         with lock:
             done += 1
             if error is None:
-                log.info("examples: [%d/%d] %s ran in %.1f s", done, len(todo), example.name, seconds)
+                progress.step(f"[{done}/{len(todo)}] {example.name} ran in {seconds:.1f} s")
                 return
+            progress.interrupt()
             summary = getattr(error, "summary", None) or f"{type(error).__name__}: {error}"
             detail = getattr(error, "detail", "")
             # One line now, so a long build shows the failure as it happens.
@@ -343,6 +443,7 @@ def run_examples(config) -> dict[str, pathlib.Path]:
         thread.start()
     for thread in threads:
         thread.join()
+    progress.close()
     if todo:
         log.info("examples: executed %d in %.1f s", len(todo), time.perf_counter() - started)
     if failures:
@@ -359,6 +460,13 @@ def run_examples(config) -> dict[str, pathlib.Path]:
 # ----------------------------------------------------------------------------
 # MkDocs events
 # ----------------------------------------------------------------------------
+def on_config(config):
+    if not verbose():
+        for name in NOISY_LOGGERS:
+            logging.getLogger(name).setLevel(logging.WARNING)
+    return config
+
+
 @event_priority(100)  # before mkdocs-jupyter wraps the notebook files
 def on_files(files: Files, config) -> Files:
     executed = run_examples(config)
@@ -440,10 +548,15 @@ def on_page_content(html_text: str, page, config, files: Files) -> str:
     html_text = HREF.sub(rewrite, html_text)
     html_text = _externalise(html_text, page)
     source_name = posixpath.basename(page.file.src_uri)
-    download = get_relative_url(f"{EXAMPLES_DIR}/{source_name}", page.url)
+    stem = source_name.removesuffix(".py")
+    bundle = get_relative_url(f"{EXAMPLES_DIR}/{stem}.zip", page.url)
+    source = get_relative_url(f"{EXAMPLES_DIR}/{source_name}", page.url)
     note = (
         f'<p class="fg-download">Executed when this site was built. '
-        f'<a href="{download}" download>Download the source ({source_name})</a></p>'
+        f'<a href="{bundle}" download>Download it to run ({stem}.zip)</a>: the example and the '
+        f'project files it imports; unpack it and run <code>python {source_name}</code> inside. '
+        f'Or <a href="{source}" download>the example alone ({source_name})</a>, which needs a '
+        f"copy of the repository around it.</p>"
     )
     return note + html_text
 
@@ -544,5 +657,7 @@ def on_post_build(config) -> None:
         target.write_text(prune_css(css, used), encoding="utf-8")
     site = pathlib.Path(config.site_dir) / EXAMPLES_DIR
     site.mkdir(parents=True, exist_ok=True)
+    root = pathlib.Path(config.config_file_path).resolve().parent
     for src_uri, source in _state.get("sources", {}).items():
         (site / posixpath.basename(src_uri)).write_bytes(pathlib.Path(source).read_bytes())
+        write_bundle(pathlib.Path(source), root, site / (pathlib.Path(src_uri).stem + ".zip"))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime
 import importlib.metadata
+import json
 import logging
 import os
 import pathlib
@@ -90,3 +91,86 @@ def on_page_markdown(markdown: str, page, config, files: Files) -> str:
     if match:
         return markdown[: match.end()] + note + markdown[match.end():]
     return markdown + "\n" + note
+
+
+# ----------------------------------------------------------------------------
+# Search: previews in plain text instead of TeX source
+# ----------------------------------------------------------------------------
+# The search index holds each section's text as the page's HTML has it, so math
+# arrives as TeX source (\(\mathrm{softmax}(QK^\top)\)) and the previews under
+# each search result show it raw. The index gets a plain-text reading of each
+# formula instead; its words stay searchable.
+TEX_SYMBOLS = {
+    "times": "×", "top": "ᵀ", "cdot": "·", "in": "∈", "infty": "∞", "sum": "Σ", "prod": "Π",
+    "ell": "ℓ", "dots": "…", "ldots": "…", "cdots": "⋯", "le": "≤", "leq": "≤", "ge": "≥", "geq": "≥",
+    "ne": "≠", "neq": "≠", "approx": "≈", "to": "→", "rightarrow": "→", "leftarrow": "←", "circ": "∘",
+    "mid": "|", "pm": "±", "gg": "≫", "ll": "≪", "lfloor": "⌊", "rfloor": "⌋", "lceil": "⌈", "rceil": "⌉",
+    "lVert": "‖", "rVert": "‖", "odot": "⊙", "otimes": "⊗", "propto": "∝", "sim": "∼", "partial": "∂",
+    "nabla": "∇", "alpha": "α", "beta": "β", "gamma": "γ", "delta": "δ", "epsilon": "ϵ", "varepsilon": "ε",
+    "zeta": "ζ", "eta": "η", "theta": "θ", "kappa": "κ", "lambda": "λ", "mu": "μ", "nu": "ν", "xi": "ξ",
+    "pi": "π", "rho": "ρ", "sigma": "σ", "tau": "τ", "phi": "φ", "varphi": "φ", "chi": "χ", "psi": "ψ",
+    "omega": "ω", "Gamma": "Γ", "Delta": "Δ", "Theta": "Θ", "Lambda": "Λ", "Sigma": "Σ", "Phi": "Φ",
+    "Psi": "Ψ", "Omega": "Ω", "bmod": "mod", "quad": " ", "qquad": " ",
+}
+TEX_DROPPED = {"left", "right", "big", "Big", "bigg", "Bigg", "textstyle", "displaystyle", "limits", "nolimits"}
+TEX_ARGUMENT_FIRST = re.compile(r"\\(?:begin|end)\{[^{}]*\}")
+TEX_FRACTION = re.compile(r"\\[dt]?frac\s*\{([^{}]*)\}\s*\{([^{}]*)\}")
+TEX_ROOT = re.compile(r"\\sqrt\s*\{([^{}]*)\}")
+TEX_COMMAND = re.compile(r"\\([A-Za-z]+)|\\(.)")
+TEX_SPANS = re.compile(
+    r"\\\((.+?)\\\)|\\\[(.+?)\\\]|\$\$(.+?)\$\$|(?<![\w$\\])\$(?=[^\s$])([^$\n]{1,300}?)(?<=[^\s\\])\$(?![\w$])",
+    re.S,
+)
+
+
+TEX_ACCENTS = {"bar", "hat", "tilde", "vec", "mathrel", "operatorname"}
+
+
+def _grouped(text: str) -> str:
+    """``text`` itself when it is one character, else in parentheses."""
+    return text if len(text) <= 1 else f"({text})"
+
+
+def tex_to_text(tex: str) -> str:
+    """A plain-text reading of a TeX formula: ``\\sqrt{d}`` becomes ``√d``,
+    ``\\mathrm{softmax}(QK^\\top)`` becomes ``softmax(QKᵀ)``."""
+    text = TEX_ARGUMENT_FIRST.sub(" ", tex)
+    for _ in range(5):  # innermost first: nested fractions and roots
+        previous = text
+        text = TEX_FRACTION.sub(lambda m: f"{_grouped(m.group(1))}/{_grouped(m.group(2))}", text)
+        text = TEX_ROOT.sub(lambda m: f"√{_grouped(m.group(1))}", text)
+        if text == previous:
+            break
+
+    def command(match: re.Match) -> str:
+        name, char = match.group(1), match.group(2)
+        if name is None:  # \, \; \! \{ ...
+            return {",": " ", ";": " ", ":": " ", "!": "", "\\": " "}.get(char, char)
+        if name in TEX_DROPPED or name in TEX_ACCENTS or name.startswith(("math", "text", "over", "under")):
+            return ""  # \mathrm{x} -> {x}; the braces go below
+        return TEX_SYMBOLS.get(name, name)  # \exp, \max, \log read as words
+
+    text = TEX_COMMAND.sub(command, text)
+    # "&" aligns columns in TeX; "&lt;" and the like are the page's own escapes.
+    text = re.sub(r"&(?!(?:[A-Za-z]+|#\d+);)", " ", text.replace("^ᵀ", "ᵀ").replace("&amp;", " "))
+    text = re.sub(r"[{}]", "", text)
+    return re.sub(r"\s+", " ", text).strip()
+
+
+def plain_search_text(text: str) -> str:
+    """``text`` with every ``\\(...\\)``, ``\\[...\\]``, ``$$...$$`` and
+    ``$...$`` span replaced by :func:`tex_to_text` of its content."""
+    return TEX_SPANS.sub(lambda m: tex_to_text(next(g for g in m.groups() if g is not None)), text)
+
+
+@event_priority(-50)  # after the search plugin writes the index (0), before the offline plugin reads it (-100)
+def on_post_build(config) -> None:
+    index = pathlib.Path(config.site_dir) / "search" / "search_index.json"
+    if not index.is_file():
+        return
+    data = json.loads(index.read_text(encoding="utf-8"))
+    for doc in data.get("docs", []):
+        for field in ("title", "text"):
+            if isinstance(doc.get(field), str):
+                doc[field] = plain_search_text(doc[field])
+    index.write_text(json.dumps(data, separators=(",", ":"), ensure_ascii=False), encoding="utf-8")

@@ -69,6 +69,7 @@ HOST_ONLY = {
     "test_references", "test_timeline", "test_device", "test_figures",
     "test_context_parallel",  # gloo processes on the CPU
     "test_explorer",  # the build's model is trained on the CPU
+    "test_downloads",  # unpacked examples run in child processes
 }
 
 

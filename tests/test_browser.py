@@ -49,6 +49,9 @@ SEARCHES = {
     "co-attention": ["attention/co-attention/"],
     "multi-head": ["attention/multi-head/"],
     "KV cache": ["efficiency/kv-cache/"],
+    # FlashAttention's idea is taught on the tiled-attention page (a section
+    # title names it); a page on a Triton flash kernel would do as well.
+    "flash": ["efficiency/tiled-attention/", "efficiency/flash-triton/"],
 }
 
 
@@ -920,3 +923,153 @@ def test_wide_equations_scroll_on_a_phone(browser, base_url, pages):
         context.close()
     assert wide > 0, "no display equation is wider than a phone here: the test checks nothing"
     assert not problems, problems
+
+
+# ----------------------------------------------------------------------------
+# A first hour without snags: zoom, phone-width examples, search previews,
+# punctuation after math
+# ----------------------------------------------------------------------------
+ZOOM_STATE = """() => {
+  const layer = document.querySelector('.fg-zoom');
+  const big = layer && layer.querySelector('img');
+  const active = document.activeElement;
+  return {
+    open: !!layer && layer.checkVisibility(),
+    // The image's own width: the dark palette's white card adds padding.
+    bigWidth: big ? big.getBoundingClientRect().width - parseFloat(getComputedStyle(big).paddingLeft)
+                    - parseFloat(getComputedStyle(big).paddingRight) : 0,
+    bigNatural: big ? big.naturalWidth : 0,
+    focusInLayer: !!layer && layer.contains(active),
+    focusedFigure: active && active.matches('img.fg-zoomable') ? active.getAttribute('src').slice(0, 60) : null,
+  };
+}"""
+
+
+def test_figures_open_full_size_and_close_with_the_keyboard(browser, base_url, pages):
+    context, page, guard = new_page(browser, scheme="dark")
+    try:
+        open_page(page, base_url + "examples/scaled_dot_product/")
+        page.evaluate("() => { window.__sameDocument = true; }")
+        # Instant navigation to the page with the widest figures: the zoom
+        # must be wired up on pages that arrive without a full load.
+        page.locator('.md-nav--primary a.md-nav__link[href*="tiny_bert"]').first.click()
+        page.wait_for_url(re.compile(re.escape(base_url + "examples/tiny_bert/")))
+        page.wait_for_function("() => document.querySelectorAll('.md-content img.fg-zoomable').length >= 2")
+        assert page.evaluate("window.__sameDocument === true"), "instant navigation is off"
+        figure = page.locator(".md-content .jupyter-wrapper img.fg-zoomable").last
+        figure.scroll_into_view_if_needed()
+        shown = figure.evaluate("img => ({width: img.getBoundingClientRect().width, natural: img.naturalWidth})")
+        assert shown["natural"] > shown["width"] + 50, f"the figure is not squeezed here, nothing to test: {shown}"
+        src = figure.get_attribute("src")[:60]
+
+        figure.focus()
+        page.keyboard.press("Enter")
+        state = page.evaluate(ZOOM_STATE)
+        assert state["open"], "Enter on a figure did not open it"
+        assert abs(state["bigWidth"] - shown["natural"]) < 1, f"not at full size: {state} vs {shown}"
+        assert state["focusInLayer"], "the focus did not move into the full-size view"
+        page.keyboard.press("Tab")
+        assert page.evaluate(ZOOM_STATE)["focusInLayer"], "Tab left the full-size view"
+        page.keyboard.press("Escape")
+        state = page.evaluate(ZOOM_STATE)
+        assert not state["open"], "Escape did not close the full-size view"
+        assert state["focusedFigure"] == src, f"the focus did not return to the figure: {state}"
+
+        figure.click()
+        assert page.evaluate(ZOOM_STATE)["open"], "a click did not open the figure"
+        page.locator(".fg-zoom__close").click()
+        assert not page.evaluate(ZOOM_STATE)["open"], "the close button did not close it"
+        assert not guard.console and not guard.off_host, (guard.console, guard.off_host)
+    finally:
+        context.close()
+
+
+PHONE_OUTPUT = r"""() => {
+  const prompts = [...document.querySelectorAll('.md-content *')].filter(el =>
+    el.children.length === 0 && /^\s*(In|Out)\s*\[\s*\d*\s*\]:?\s*$/.test(el.textContent) && el.checkVisibility());
+  const outputs = [...document.querySelectorAll('.md-content .jp-OutputArea-output pre')].map(pre => {
+    const range = document.createRange();
+    range.selectNodeContents(pre);
+    const tops = new Set([...range.getClientRects()].filter(r => r.width > 0).map(r => Math.round(r.top)));
+    const lines = pre.textContent.replace(/\n+$/, '').split('\n').length;
+    return {lines, rendered: tops.size, wide: pre.scrollWidth > pre.clientWidth + 1,
+            scrolls: ['auto', 'scroll'].includes(getComputedStyle(pre).overflowX),
+            text: pre.textContent.slice(0, 40)};
+  });
+  return {prompts: prompts.map(el => el.textContent.trim()).slice(0, 5), outputs};
+}"""
+
+
+def test_examples_on_a_phone_show_no_prompts_and_keep_tokens_whole(browser, base_url, pages):
+    context, page, guard = new_page(browser, viewport=PHONE)
+    wide, problems = 0, []
+    try:
+        for path in ["examples/performance/", "examples/scaled_dot_product/"]:
+            assert path in pages, path
+            open_page(page, base_url + path)
+            found = page.evaluate(PHONE_OUTPUT)
+            if found["prompts"]:
+                problems.append(f"{path}: prompts shown: {found['prompts']}")
+            for out in found["outputs"]:
+                wide += out["wide"]
+                if out["rendered"] > out["lines"]:
+                    problems.append(f"{path}: {out['text']!r} wraps: {out['lines']} lines shown on {out['rendered']}")
+                if out["wide"] and not out["scrolls"]:
+                    problems.append(f"{path}: {out['text']!r} is wider than the screen and does not scroll")
+    finally:
+        context.close()
+    assert not problems, problems
+    assert wide > 0, "no printed output is wider than a phone here: the test checks nothing"
+
+
+def test_search_previews_show_math_as_text(search_page, base_url):
+    _search(search_page, "scaled dot-product")
+    previews = search_page.evaluate(
+        "() => [...document.querySelectorAll('.md-search-result__article')].map(a => a.textContent)"
+    )
+    assert previews, "no search previews"
+    raw = [p[:120] for p in previews if re.search(r"\\[()\[\]]", p)]
+    assert not raw, f"search previews show TeX source: {raw[:3]}"
+
+
+PUNCTUATION_AFTER_MATH = r"""() => {
+  const found = [];
+  const walker = document.createTreeWalker(document.querySelector('.md-content'), NodeFilter.SHOW_TEXT);
+  for (const math of document.querySelectorAll('.md-content .katex')) {
+    if (math.closest('.katex-display')) continue;
+    walker.currentNode = math.lastChild;
+    let next = walker.nextNode();
+    while (next && math.contains(next)) next = walker.nextNode();
+    if (!next || !/^[,.;:]/.test(next.nodeValue)) continue;
+    const range = document.createRange();
+    range.setStart(next, 0);
+    range.setEnd(next, 1);
+    const mark = range.getBoundingClientRect();
+    const box = [...math.getClientRects()].pop();
+    found.push({stranded: mark.top >= box.bottom - 2, text: (math.textContent.slice(0, 20) + next.nodeValue.slice(0, 5))});
+  }
+  return found;
+}"""
+
+
+def test_no_punctuation_is_stranded_after_math(browser, base_url, pages):
+    """At many phone widths, a comma or full stop after a formula never
+    starts a line of its own."""
+    context, page, guard = new_page(browser, viewport=PHONE)
+    checked, stranded = 0, set()
+    try:
+        for path in ["foundations/scaled-dot-product/", "efficiency/tiled-attention/", "examples/alibi/"]:
+            assert path in pages, path
+            open_page(page, base_url + path)
+            page.wait_for_function("() => document.querySelector('.md-content .katex') !== null")
+            for width in range(320, 430, 10):
+                page.set_viewport_size({"width": width, "height": PHONE["height"]})
+                page.evaluate("() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))")
+                for item in page.evaluate(PUNCTUATION_AFTER_MATH):
+                    checked += 1
+                    if item["stranded"]:
+                        stranded.add(f"{path} at {width} px: {item['text']!r}")
+    finally:
+        context.close()
+    assert checked > 0, "no punctuation after inline math on these pages: the test checks nothing"
+    assert not stranded, sorted(stranded)[:10]

@@ -356,3 +356,90 @@ def test_pages_include_project_code_instead_of_pasting_it():
             if len(lines) > 6:
                 pasted.append(f"{md.relative_to(ROOT)}: a {len(lines)}-line Python block starting {lines[0].strip()!r}")
     assert not pasted, "\n".join(pasted)
+
+
+# ------------------------------------------------------ a first hour --------
+def test_console_is_quiet_by_default(built_site):
+    """The build prints a few lines, not two per notebook; examples report
+    progress one line each when the output is not a terminal."""
+    log = built_site.log
+    assert "Converting notebook" not in log and "Cache miss" not in log, log[:3000]
+    assert "end of life" not in log  # NO_MKDOCS_2_WARNING, as the README sets it
+    assert re.search(r"examples: \[\d+/\d+\] \w+\.py ran in", log), log[:3000]
+    assert len(log.splitlines()) < 25 + len(EXAMPLES), f"{len(log.splitlines())} lines:\n{log[:3000]}"
+
+
+def test_progress_is_one_line_on_a_terminal(monkeypatch):
+    import io
+
+    examples_hook = load_hook("examples")
+    monkeypatch.delenv("FIELD_GUIDE_VERBOSE", raising=False)
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    screen = Terminal()
+    progress = examples_hook.Progress(3, stream=screen)
+    for i, name in enumerate(["a_long_example_name.py", "b.py", "c.py"], 1):
+        progress.step(f"[{i}/3] {name} ran in 1.0 s")
+    progress.close()
+    text = screen.getvalue()
+    assert text.count("\n") == 1 and text.endswith("\n"), repr(text)
+    last = text.rsplit("\r", 1)[1]
+    assert last.startswith("INFO    -  examples: [3/3] c.py") and len(last.rstrip()) < len(last), repr(last)
+    monkeypatch.setenv("FIELD_GUIDE_VERBOSE", "1")
+    assert not examples_hook.Progress(3, stream=Terminal()).live
+
+
+def test_no_line_of_prose_starts_with_punctuation():
+    """A comma or full stop that opens a source line after math reads as
+    stranded; keep it on the formula's line."""
+    found = []
+    for md in DOCS.rglob("*.md"):
+        lines = md.read_text(encoding="utf-8").splitlines()
+        fenced = False
+        for number, line in enumerate(lines, 1):
+            if line.lstrip().startswith(("```", "~~~")):
+                fenced = not fenced
+            previous = lines[number - 2].rstrip() if number > 1 else ""
+            after_math = previous.endswith(("$", "\\)", "\\]")) or "</span>" in previous[-8:]
+            if not fenced and after_math and re.match(r"\s*[,.;:](\s|$)", line):
+                found.append(f"{md.relative_to(ROOT)}:{number}: {line.strip()[:40]}")
+    assert not found, found
+
+
+def test_search_index_reads_math_as_text(built_site):
+    import json
+
+    index = json.loads((built_site.path / "search" / "search_index.json").read_text(encoding="utf-8"))
+    texts = [doc["title"] + " " + doc["text"] for doc in index["docs"]]
+    raw = [t[max(0, m.start() - 30): m.end() + 30] for t in texts for m in re.finditer(r"\\[()\[\]]", t)]
+    assert not raw, raw[:5]
+    assert any("√d" in t for t in texts), "the formula for the scale, \\sqrt{d}, is no longer read as √d"
+    # A title match outranks any number of matches in text: "flash" finds
+    # the section that explains what FlashAttention adds to the online softmax.
+    tiled = [doc["title"] for doc in index["docs"] if doc["location"].startswith("efficiency/tiled-attention/")]
+    assert any("FlashAttention" in title for title in tiled), tiled
+
+
+def test_tex_to_text_reads_common_formulas():
+    pages_hook = load_hook("pages")
+    read = pages_hook.plain_search_text
+    assert read(r"divides by \(\sqrt{d}\)") == "divides by √d"
+    assert read(r"\(\mathrm{softmax}(QK^\top / \sqrt{d_k})V\)") == "softmax(QKᵀ / √(d_k))V"
+    assert read(r"\[\frac{a}{bc}\]") == "a/(bc)"
+    assert read(r"\(N &lt; M\), cost $O(N^2)$") == "N &lt; M, cost O(N^2)"
+    assert read("costs $5 and $6") == "costs $5 and $6"  # prices are not math
+
+
+def test_example_pages_offer_a_zip_that_runs_alone(built_site):
+    import zipfile
+
+    for example in EXAMPLES:
+        archive = built_site.path / "examples" / f"{example.stem}.zip"
+        assert archive.is_file(), f"{archive.name} was not written"
+        raw = page_path(built_site, f"examples/{example.stem}.md").read_text(encoding="utf-8")
+        assert f'href="../{example.stem}.zip" download' in raw, f"examples/{example.stem}/ has no zip link"
+        with zipfile.ZipFile(archive) as opened:
+            assert f"{example.stem}/{example.name}" in opened.namelist()

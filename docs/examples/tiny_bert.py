@@ -122,12 +122,16 @@ print(f"input:    {show(corrupted[0])}")
 print(f"hidden token t{int(ids[0, masked_at]) - 4}, predicted t{guess - 4}")
 
 # %%
-# alt: Eight heatmaps, two layers by four heads, of attention weights over a 14-token counting sequence with one [MASK]; many heads put much of each query's weight on tokens a few positions to its left or right.
+# One figure per layer, its four heads two by two: eight maps in one row of
+# a page column would leave each about 140 pixels wide. Click a figure to see
+# it at full size.
+# alt: Layer 1: four heatmaps, two by two, one per head, of attention weights over a 14-token counting sequence with one [MASK]; several heads put much of each query's weight on tokens a few positions to its left or right.
+# alt: Layer 2: four heatmaps, two by two, one per head, of attention weights over the same 14-token sequence; head 4 sends almost every query's weight to one key, the token just before [MASK], and the other heads spread each query's weight over a few tokens.
 labels_text = show(corrupted[0]).split()
-fig, axes = plt.subplots(2, 4, figsize=(16, 7.5))
 for layer, weights in enumerate(maps):
+    fig, axes = plt.subplots(2, 2, figsize=(9, 8.4))
     for head in range(weights.shape[0]):
         attention_heatmap(weights[head], labels_text, labels_text,
-                          title=f"layer {layer + 1}, head {head + 1}", ax=axes[layer, head])
-fig.tight_layout()
-plt.show()
+                          title=f"layer {layer + 1}, head {head + 1}", ax=axes.flat[head])
+    fig.tight_layout()
+    plt.show()
