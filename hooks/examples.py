@@ -366,8 +366,52 @@ def _environment(config) -> str:
     )
 
 
+# Examples known to take the longest (training runs, timings, a dynamo import):
+# started first, so the two workers finish together instead of one waiting on
+# a long example at the end. Measured durations, kept in the cache, refine it.
+LONG_FIRST = ("tiny_bert.py", "tiny_gpt.py", "performance.py", "bahdanau_translation.py", "flex_attention.py")
+DURATIONS = "durations.json"
+
+
+def _longest_first(todo, cache_dir: pathlib.Path):
+    import json
+
+    try:
+        known = json.loads((cache_dir / DURATIONS).read_text())
+    except (OSError, ValueError):
+        known = {}
+    fallback = {name: 1000.0 - i for i, name in enumerate(LONG_FIRST)}
+    return sorted(todo, key=lambda job: -known.get(job[0].name, fallback.get(job[0].name, 0.0)))
+
+
+def _record_durations(cache_dir: pathlib.Path, measured: dict[str, float]) -> None:
+    import json
+
+    path = cache_dir / DURATIONS
+    try:
+        known = json.loads(path.read_text())
+    except (OSError, ValueError):
+        known = {}
+    known.update({name: round(seconds, 2) for name, seconds in measured.items()})
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(known, indent=0, sort_keys=True))
+    tmp.replace(path)
+
+
 def run_examples(config) -> dict[str, pathlib.Path]:
     """Execute every stale example; return example name -> executed notebook."""
+    results, finish = start_examples(config)
+    finish()
+    return results
+
+
+def start_examples(config):
+    """Start executing every stale example in background threads.
+
+    Returns ``(results, finish)``: example name -> the executed notebook it
+    will be, and a function that waits for the runs, raises if one failed and
+    prunes the cache. The build draws its figures while the examples run.
+    """
     root = pathlib.Path(config.config_file_path).resolve().parent
     examples_dir = pathlib.Path(config.docs_dir) / EXAMPLES_DIR
     cache_dir = pathlib.Path(os.environ.get("FIELD_GUIDE_EXAMPLE_CACHE", root / ".cache" / "examples"))
@@ -395,13 +439,15 @@ def run_examples(config) -> dict[str, pathlib.Path]:
     done = 0
     lock = threading.Lock()
     started = time.perf_counter()
-    pending = list(todo)
+    pending = _longest_first(todo, cache_dir)
+    measured: dict[str, float] = {}
 
     def report(example, seconds=None, error=None):
         nonlocal done
         with lock:
             done += 1
             if error is None:
+                measured[example.name] = seconds
                 progress.step(f"[{done}/{len(todo)}] {example.name} ran in {seconds:.1f} s")
                 return
             progress.interrupt()
@@ -440,21 +486,27 @@ def run_examples(config) -> dict[str, pathlib.Path]:
         for _ in range(workers)
     ]
     for thread in threads:
+        thread.daemon = True  # a build stopped by an error elsewhere does not wait for them
         thread.start()
-    for thread in threads:
-        thread.join()
-    progress.close()
-    if todo:
-        log.info("examples: executed %d in %.1f s", len(todo), time.perf_counter() - started)
-    if failures:
-        raise PluginError(f"{len(failures)} executed example(s) failed:\n\n" + "\n\n".join(failures))
 
-    # Keep the cache to what this build uses.
-    wanted = set(results.values())
-    for stale in cache_dir.glob("*.ipynb"):
-        if stale not in wanted and stale.stem.rsplit("-", 1)[0] in {p.stem for p in examples}:
-            stale.unlink()
-    return results
+    def finish() -> None:
+        for thread in threads:
+            thread.join()
+        progress.close()
+        if measured:
+            _record_durations(cache_dir, measured)
+        if todo:
+            log.info("examples: executed %d in %.1f s", len(todo), time.perf_counter() - started)
+        if failures:
+            raise PluginError(f"{len(failures)} executed example(s) failed:\n\n" + "\n\n".join(failures))
+
+        # Keep the cache to what this build uses.
+        wanted = set(results.values())
+        for stale in cache_dir.glob("*.ipynb"):
+            if stale not in wanted and stale.stem.rsplit("-", 1)[0] in {p.stem for p in examples}:
+                stale.unlink()
+
+    return results, finish
 
 
 # ----------------------------------------------------------------------------
@@ -469,7 +521,9 @@ def on_config(config):
 
 @event_priority(100)  # before mkdocs-jupyter wraps the notebook files
 def on_files(files: Files, config) -> Files:
-    executed = run_examples(config)
+    # The examples run in the background from here on; on_nav waits for them.
+    # Meanwhile the other hooks' on_files (the figures, the explorer's model) run.
+    executed, _state["finish"] = start_examples(config)
     _state["executed"] = executed
     _state["links"] = []
     _state["css"] = {}
@@ -489,7 +543,11 @@ def on_files(files: Files, config) -> Files:
     return files
 
 
+@event_priority(100)  # before anything reads a notebook
 def on_nav(nav, config, files: Files):
+    finish = _state.pop("finish", None)
+    if finish is not None:
+        finish()
     # mkdocs-jupyter wraps each notebook File in a proxy whose own
     # ``abs_src_path`` (a cached property) is recomputed from ``src_dir``, which
     # a generated File lacks; pin it to the executed notebook.
