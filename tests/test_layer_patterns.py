@@ -208,8 +208,13 @@ def test_errors():
         rope_layers(4, 0)
     with pytest.raises(ValueError, match=r"kind must be one of .*, got 'dense'"):
         layer_mask("dense", 3)
-    with pytest.raises(ValueError, match=r"kind 'linear_attention' has no softmax mask"):
+    with pytest.raises(ValueError, match=r"kind must name a softmax layer \(its layer is a recurrence, with no mask\), "
+                                         r"got 'linear_attention'"):
         layer_mask("linear_attention", 3)
+    with pytest.raises(ValueError, match=r"layer_types\[1\] must be one of .*, got 'global'"):
+        summarize_layer_types(["full_attention", "global"])
+    with pytest.raises(ValueError, match=r"layer_types\[2\] must be one of .*, got 3"):
+        model_cache_bytes(10, ["full_attention", "sliding_attention", 3], 8, window=4)
     with pytest.raises(ValueError, match=r"window must be given for a sliding_attention layer, got None"):
         layer_mask("sliding_attention", 3)
     with pytest.raises(ValueError, match=r"chunk must be given for a chunked_attention layer, got None"):

@@ -415,6 +415,20 @@ def test_validation_messages():
         linear_scaling([1.0], 2.0)
     with pytest.raises(ValueError, match=r"d_rot must be an int >= 4, got 2"):
         ntk_aware_base(10000.0, 2.0, 2)
+    with pytest.raises(ValueError, match=r"d_rot must be even \(dimensions rotate in pairs\), got 5"):
+        ntk_aware_base(10000.0, 2.0, 5)
+    with pytest.raises(ValueError, match=r"d_rot must be even \(dimensions rotate in pairs\), got 7"):
+        dynamic_ntk_base(10000.0, 2.0, 64, 16, 7)
+    with pytest.raises(ValueError, match=r"inv_freq must be a floating \(r/2,\) tensor, got torch.int64 of shape \(4,\)"):
+        linear_scaling(torch.arange(4), 2.0)
+    with pytest.raises(ValueError, match=r"inv_freq must be a floating \(r/2,\) tensor, got torch.float32 of shape \(2, 2\)"):
+        llama3_scaling(torch.ones(2, 2), 8.0, original_length=64)
+    with pytest.raises(ValueError, match=r"mscale must be a finite number >= 0.0, got -1.0"):
+        yarn_attention_factor(4.0, -1.0, 1.0)
+    with pytest.raises(ValueError, match=r"mscale_all_dim must be a finite number >= 0.0, got '1'"):
+        yarn_attention_factor(4.0, 1.0, "1")
+    with pytest.raises(ValueError, match=r"mscale must be a finite number >= 0.0, got True"):
+        rope_inv_freq(64, rope_type="yarn", factor=4.0, original_max_position_embeddings=64, mscale=True)
 
 
 def test_apply_validation_messages():
@@ -422,15 +436,24 @@ def test_apply_validation_messages():
     cos, sin = rotary_angles(rope_frequencies(4), torch.arange(4))
     with pytest.raises(ValueError, match=r"positions must be a real \(N,\) or \(B, N\) tensor, got dtype torch.bool"):
         rotary_angles(rope_frequencies(4), torch.ones(4, dtype=torch.bool))
-    with pytest.raises(ValueError, match=r"inv_freq must have shape \(r/2,\), got \(2, 2\)"):
+    with pytest.raises(ValueError, match=r"inv_freq must be a floating \(r/2,\) tensor, got torch.float32 of shape \(2, 2\)"):
         rotary_angles(torch.ones(2, 2), torch.arange(4))
+    with pytest.raises(ValueError, match=r"inv_freq must be a floating \(r/2,\) tensor, got torch.bool of shape \(2,\)"):
+        rotary_angles(torch.ones(2, dtype=torch.bool), torch.arange(4))
+    with pytest.raises(ValueError, match=r"cos must be a floating tensor, got torch.int64"):
+        apply_partial_rotary(x, cos.long(), sin)
+    with pytest.raises(ValueError, match=r"sin must be on the device of x cpu, got meta"):
+        apply_partial_rotary(x, cos, sin.to("meta"))
+    bcos, bsin = rotary_angles(rope_frequencies(4), torch.zeros(3, 4, dtype=torch.long))
+    with pytest.raises(ValueError, match=r"with B=2, N=4 and r <= d=8, got \(3, 4, 2\) and \(3, 4, 2\)"):
+        apply_partial_rotary(x, bcos, bsin)
     with pytest.raises(TypeError, match=r"x must be a torch.Tensor, got NoneType"):
         apply_partial_rotary(None, cos, sin)
     with pytest.raises(ValueError, match=r"x must be a floating \(B, H, N, d\) tensor, got torch.int64"):
         apply_partial_rotary(x.long(), cos, sin)
-    with pytest.raises(ValueError, match=r"cos and sin must both be \(N, r/2\) or \(B, N, r/2\) with N=3 and r <= d=8"):
+    with pytest.raises(ValueError, match=r"cos and sin must both be \(N, r/2\) or \(B, N, r/2\) with B=2, N=3 and r <= d=8"):
         apply_partial_rotary(x[..., :3, :], cos, sin)
-    with pytest.raises(ValueError, match=r"with N=4 and r <= d=2, got \(4, 2\)"):
+    with pytest.raises(ValueError, match=r"with B=2, N=4 and r <= d=2, got \(4, 2\)"):
         apply_partial_rotary(x[..., :2], cos, sin)
     rope = ScaledRotaryEmbedding(8)
     with pytest.raises(ValueError, match=r"offset must be an int >= 0, got -1"):
@@ -439,8 +462,19 @@ def test_apply_validation_messages():
         rope(x, x[..., :2, :])
     with pytest.raises(ValueError, match=r"q and k must have last dimension d=8, got 6 and 8"):
         rope(x[..., :6], x)
-    with pytest.raises(ValueError, match=r"every row of tokens must start with bos_id=0 and hold it only there"):
+    with pytest.raises(TypeError, match=r"q must be a torch.Tensor, got list"):
+        rope([1.0], x)
+    with pytest.raises(ValueError, match=r"k must be a floating \(B, H, length, d\) tensor, got torch.float64 of shape \(4, 8\)"):
+        rope(x, x[0, 0])
+    with pytest.raises(ValueError, match=r"k must be on the module's device cpu, got meta"):
+        rope(x, x.to("meta"))
+    with pytest.raises(ValueError, match=r"bos_id must be an int >= 0, got '0'"):
+        nope_positions(torch.tensor([[0, 1, 2]]), bos_id="0")
+    with pytest.raises(ValueError, match=r"every row of tokens must start with bos_id=0 and hold it only there, "
+                                         r"got 0 of 1 rows starting with it and 1 more of it later"):
         nope_positions(torch.tensor([[1, 0, 2]]), bos_id=0)
+    with pytest.raises(ValueError, match=r"got 2 of 2 rows starting with it and 1 more of it later"):
+        nope_positions(torch.tensor([[0, 1, 2], [0, 0, 2]]), bos_id=0)
     with pytest.raises(ValueError, match=r"tokens must be an integer \(B, N\) tensor, got torch.float32"):
         nope_positions(torch.zeros(1, 3), bos_id=0)
 

@@ -245,7 +245,27 @@ def test_streaming_half_precision_large_logits(dtype):
         (lambda: sink_attention(*qkv(), torch.zeros(3), attn_mask=torch.ones(5, 7)), TypeError,
          r"attn_mask must be a boolean tensor \(True = may attend\), got torch.float32"),
         (lambda: sink_attention(*qkv(), torch.zeros(3), attn_mask=torch.ones(5, 6, dtype=torch.bool)), ValueError,
-         r"attn_mask must be \(N, M\) or \(B, H or 1, N, M\) with N = 5, M = 7, got \(5, 6\)"),
+         r"attn_mask must be \(N, M\) or \(B, H or 1, N, M\) with \(B, H, N, M\) = \(2, 3, 5, 7\), got \(5, 6\)"),
+        (lambda: sink_attention(*qkv(), torch.zeros(3), attn_mask=torch.ones(3, 3, 5, 7, dtype=torch.bool)), ValueError,
+         r"attn_mask must be \(N, M\) or \(B, H or 1, N, M\) with \(B, H, N, M\) = \(2, 3, 5, 7\), got \(3, 3, 5, 7\)"),
+        (lambda: sink_attention(*qkv(), torch.zeros(3), attn_mask=torch.ones(5, 7, dtype=torch.bool, device="meta")),
+         ValueError, r"attn_mask must be on the device of q cpu, got meta"),
+        (lambda: sink_attention(*qkv()[:2], qkv()[2].float(), torch.zeros(3)), TypeError,
+         r"v must have the dtype of q torch.float64, got torch.float32"),
+        (lambda: sink_attention(qkv()[0], qkv()[1].to("meta"), qkv()[2], torch.zeros(3)), ValueError,
+         r"k must be on the device of q cpu, got meta"),
+        (lambda: sink_attention(*qkv(), torch.zeros(3, device="meta")), ValueError,
+         r"sinks must be on the device of q cpu, got meta"),
+        (lambda: sink_attention(*qkv(), torch.zeros(3), scale=0.0), ValueError,
+         r"scale must be a positive finite float or None, got 0.0"),
+        (lambda: LearnedSinks(3, init=float("nan")), ValueError, r"init must be a finite number, got nan"),
+        (lambda: LearnedSinks(3, init="0"), ValueError, r"init must be a finite number, got '0'"),
+        (lambda: SinkCache(2, 2).update([1.0], torch.ones(1, 1, 3, 3)), TypeError, r"k must be a floating torch.Tensor, got list"),
+        (lambda: SinkCache(2, 2).update(torch.ones(1, 1, 3, 3), torch.ones(1, 1, 3, 3, dtype=torch.float64)), TypeError,
+         r"k and v must share one dtype and device, got torch.float32 on cpu and torch.float64 on cpu"),
+        (lambda: rope_tables(torch.tensor(3), 4), ValueError, r"positions must have shape \(N,\) or \(B, N\), got \(\)"),
+        (lambda: apply_rope(torch.ones(1, 1, 3, 4), torch.ones(3, 2, dtype=torch.bool), torch.ones(3, 2)), TypeError,
+         r"cos must be a floating torch.Tensor, got torch.bool"),
         (lambda: LearnedSinks(0), ValueError, r"n_heads must be an int >= 1, got 0"),
         (lambda: sink_window_mask(3, 3, -1, 2), ValueError, r"n_sink must be an int >= 0, got -1"),
         (lambda: sink_window_mask(3, 3, 1, 0), ValueError, r"window must be an int >= 1, got 0"),
@@ -267,5 +287,12 @@ def test_bad_input_raises_named_errors(make, error, match):
 def test_cache_rejects_a_batch_of_another_shape():
     cache = SinkCache(1, 2)
     cache.update(torch.ones(1, 2, 1, 3), torch.ones(1, 2, 1, 3))
-    with pytest.raises(ValueError, match=r"k must have \(B, H\) = \(1, 2\) like the cached keys, got \(2, 2\)"):
+    with pytest.raises(ValueError, match=r"k and v must have \(B, H\) = \(1, 2\), d = 3 and d_v = 3 like the cached ones, "
+                                         r"got \(2, 2, 1, 3\) and \(2, 2, 1, 3\)"):
         cache.update(torch.ones(2, 2, 1, 3), torch.ones(2, 2, 1, 3))
+    with pytest.raises(ValueError, match=r"d = 3 and d_v = 3 like the cached ones, got \(1, 2, 1, 4\) and \(1, 2, 1, 3\)"):
+        cache.update(torch.ones(1, 2, 1, 4), torch.ones(1, 2, 1, 3))
+    with pytest.raises(TypeError, match=r"k must have the dtype and device of the cached ones \(torch.float32, cpu\), "
+                                        r"got torch.float64 on cpu"):
+        cache.update(torch.ones(1, 2, 1, 3, dtype=torch.float64), torch.ones(1, 2, 1, 3))
+    assert len(cache) == 1  # nothing was appended by the refused updates

@@ -37,6 +37,7 @@ This file needs only torch and the standard library: copy it into a project.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import torch
@@ -62,6 +63,159 @@ def _positive_int(name: str, value: object) -> int:
     return value
 
 
+def _check_like_module(name: str, t: torch.Tensor, weight: torch.Tensor) -> None:
+    """Raise unless t has the device (and, outside autocast, the dtype) of the module's weight."""
+    if t.device != weight.device:
+        raise ValueError(f"{name} must be on the module's device {weight.device}, got {t.device}")
+    autocast = torch.amp.is_autocast_available(t.device.type) and torch.is_autocast_enabled(t.device.type)
+    if t.dtype != weight.dtype and not autocast:
+        raise TypeError(f"{name} must have the module's dtype {weight.dtype}, got {t.dtype}")
+
+
+def _check_norm_eps(name: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise ValueError(f"{name} must be a positive float, got {value!r}")
+
+
+def _check_block_input(x: object, weight: torch.Tensor, width: str, *, match_dtype: bool) -> None:
+    """x: a floating ``(..., width)`` tensor on the device of ``weight`` (width = its last dimension);
+    with ``match_dtype``, of its dtype too (outside autocast)."""
+    if not isinstance(x, torch.Tensor) or not x.is_floating_point():
+        got = x.dtype if isinstance(x, torch.Tensor) else type(x).__name__
+        raise TypeError(f"x must be a floating torch.Tensor, got {got}")
+    if x.dim() == 0 or x.shape[-1] != weight.shape[-1]:
+        raise ValueError(f"x must have last dimension {width} = {weight.shape[-1]}, got shape {tuple(x.shape)}")
+    if match_dtype:
+        _check_like_module("x", x, weight)
+    elif x.device != weight.device:
+        raise ValueError(f"x must be on the module's device {weight.device}, got {x.device}")
+
+
+def _check_hidden_states(x: object, weight: torch.Tensor) -> None:
+    """x: a floating ``(B, N, D)`` tensor for a layer whose first projection has ``weight`` ``(*, D)``."""
+    d_model = weight.shape[-1]
+    if not isinstance(x, torch.Tensor) or x.dim() != 3 or x.shape[-1] != d_model:
+        got = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+        raise ValueError(f"x must have shape (B, N, D) with D = {d_model}, got {got}")
+    if not x.is_floating_point():
+        raise TypeError(f"x must have a floating dtype, got {x.dtype}")
+    _check_like_module("x", x, weight)
+
+
+def _check_multiplier(value: object) -> None:
+    if value is not None and (
+        isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf")
+    ):
+        raise ValueError(f"ffn_dim_multiplier must be a positive finite number or None, got {value!r}")
+
+
+def _check_rope_init(rope_base: object, rotary_dim: object, d_head: int) -> None:
+    if rope_base is None:
+        return
+    if isinstance(rope_base, bool) or not isinstance(rope_base, (int, float)) or not 1 < rope_base < float("inf"):
+        raise ValueError(f"rope_base must be a finite number > 1 or None, got {rope_base!r}")
+    if isinstance(rotary_dim, bool) or not isinstance(rotary_dim, int) or rotary_dim < 2 or rotary_dim % 2:
+        raise ValueError(f"rotary_dim must be an even int >= 2, got {rotary_dim!r}")
+    if rotary_dim > d_head:
+        raise ValueError(f"rotary_dim must be <= d_head = {d_head}, got {rotary_dim}")
+
+
+def _check_positions(positions: object, b: int, n: int) -> None:
+    """None, or integer RoPE positions ``(N,)`` or ``(B, N)``."""
+    if positions is None:
+        return
+    if not isinstance(positions, torch.Tensor) or positions.is_floating_point() or positions.dtype == torch.bool:
+        got = positions.dtype if isinstance(positions, torch.Tensor) else type(positions).__name__
+        raise TypeError(f"positions must be an integer tensor, got {got}")
+    if positions.shape not in ((n,), (b, n)):
+        raise ValueError(f"positions must have shape (N,) or (B, N) = ({n},) or ({b}, {n}), got {tuple(positions.shape)}")
+
+
+def _check_heads(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+    """q ``(B, H, N, d)``, k ``(B, H, M, d)``, v ``(B, H, M, d_v)``, floating, one dtype, one device."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor) or not t.is_floating_point():
+            got = t.dtype if isinstance(t, torch.Tensor) else type(t).__name__
+            raise TypeError(f"{name} must be a floating torch.Tensor, got {got}")
+        if t.dim() != 4:
+            raise ValueError(f"{name} must have 4 dimensions (B, H, length, d), got shape {tuple(t.shape)}")
+    for name, t in (("k", k), ("v", v)):
+        if t.device != q.device:
+            raise ValueError(f"{name} must be on the device of q {q.device}, got {t.device}")
+        if t.dtype != q.dtype:
+            raise TypeError(f"{name} must have the dtype of q {q.dtype}, got {t.dtype}")
+    if q.shape[:2] != k.shape[:2] or k.shape[:3] != v.shape[:3] or q.shape[-1] != k.shape[-1]:
+        raise ValueError(
+            f"q (B, H, N, d), k (B, H, M, d) and v (B, H, M, d_v) disagree: got "
+            f"{tuple(q.shape)}, {tuple(k.shape)} and {tuple(v.shape)}"
+        )
+
+
+def _check_bool_mask(attn_mask: torch.Tensor | None, q: torch.Tensor, k: torch.Tensor) -> None:
+    """None, or a boolean mask (N, M) or (B, H or 1, N, M) for the scores of q and k, on their device."""
+    if attn_mask is None:
+        return
+    if not isinstance(attn_mask, torch.Tensor) or attn_mask.dtype != torch.bool:
+        got = attn_mask.dtype if isinstance(attn_mask, torch.Tensor) else type(attn_mask).__name__
+        raise TypeError(f"attn_mask must be a boolean tensor (True = may attend), got {got}")
+    (b, h, n, _), m = q.shape, k.shape[-2]
+    shape = tuple(attn_mask.shape)
+    if shape != (n, m) and (len(shape) != 4 or shape[0] != b or shape[1] not in (1, h) or shape[2:] != (n, m)):
+        raise ValueError(
+            f"attn_mask must be (N, M) or (B, H or 1, N, M) with (B, H, N, M) = {(b, h, n, m)}, got {shape}"
+        )
+    if attn_mask.device != q.device:
+        raise ValueError(f"attn_mask must be on the device of q {q.device}, got {attn_mask.device}")
+
+
+def _check_scale(scale: float | None) -> None:
+    if scale is not None and (
+        isinstance(scale, bool)
+        or not isinstance(scale, (int, float))
+        or not (math.isfinite(scale) and scale > 0)
+    ):
+        raise ValueError(f"scale must be a positive finite float or None, got {scale!r}")
+
+
+def _check_kernel_args(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torch.Tensor | None, scale: float | None
+) -> None:
+    """The arguments every attention kernel of the modern block takes."""
+    _check_heads(q, k, v)
+    _check_bool_mask(attn_mask, q, k)
+    _check_scale(scale)
+
+
+def _check_rope_args(positions: object, rotary_dim: object, base: object) -> None:
+    """positions ``(N,)`` or ``(B, N)`` integers, an even ``rotary_dim`` >= 2, a finite ``base`` > 1."""
+    if not isinstance(positions, torch.Tensor) or positions.is_floating_point() or positions.dtype == torch.bool:
+        got = positions.dtype if isinstance(positions, torch.Tensor) else type(positions).__name__
+        raise TypeError(f"positions must be an integer tensor, got {got}")
+    if positions.dim() not in (1, 2):
+        raise ValueError(f"positions must have shape (N,) or (B, N), got {tuple(positions.shape)}")
+    if isinstance(rotary_dim, bool) or not isinstance(rotary_dim, int) or rotary_dim < 2 or rotary_dim % 2:
+        raise ValueError(f"rotary_dim must be an even int >= 2, got {rotary_dim!r}")
+    if isinstance(base, bool) or not isinstance(base, (int, float)) or not 1 < base < float("inf"):
+        raise ValueError(f"base must be a finite number > 1, got {base!r}")
+
+
+def _check_rope_inputs(x: object, cos: object, sin: object) -> None:
+    """x ``(B, H, N, d)`` floating; cos and sin alike, ``(N, r/2)`` or ``(B, N, r/2)``, r <= d, on x's device."""
+    for name, t in (("x", x), ("cos", cos), ("sin", sin)):
+        if not isinstance(t, torch.Tensor) or not t.is_floating_point():
+            got = t.dtype if isinstance(t, torch.Tensor) else type(t).__name__
+            raise TypeError(f"{name} must be a floating torch.Tensor, got {got}")
+    if cos.shape != sin.shape or cos.dim() not in (2, 3):
+        raise ValueError(f"cos and sin must both be (N, r/2) or (B, N, r/2), got {tuple(cos.shape)} and {tuple(sin.shape)}")
+    r, n = 2 * cos.shape[-1], cos.shape[-2]
+    if x.dim() != 4 or x.shape[-2] != n or x.shape[-1] < r or (cos.dim() == 3 and cos.shape[0] != x.shape[0]):
+        batch = f"B = {cos.shape[0]}, " if cos.dim() == 3 else ""
+        raise ValueError(f"x must be (B, H, N, d) with {batch}N = {n} and d >= {r}, got {tuple(x.shape)}")
+    for name, t in (("cos", cos), ("sin", sin)):
+        if t.device != x.device:
+            raise ValueError(f"{name} must be on the device of x {x.device}, got {t.device}")
+
+
 # --8<-- [start:rms_norm]
 class RMSNorm(nn.Module):
     """Root-mean-square normalisation: ``x / sqrt(mean(x^2) + eps) * weight``.
@@ -79,17 +233,12 @@ class RMSNorm(nn.Module):
     def __init__(self, d: int, eps: float = 1e-6) -> None:
         super().__init__()
         self.d = _positive_int("d", d)
-        if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not eps > 0:
-            raise ValueError(f"eps must be a positive float, got {eps!r}")
+        _check_norm_eps("eps", eps)
         self.eps = float(eps)
         self.weight = nn.Parameter(torch.ones(d))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if not isinstance(x, torch.Tensor) or not x.is_floating_point():
-            got = x.dtype if isinstance(x, torch.Tensor) else type(x).__name__
-            raise TypeError(f"x must be a floating torch.Tensor, got {got}")
-        if x.dim() == 0 or x.shape[-1] != self.d:
-            raise ValueError(f"x must have last dimension d = {self.d}, got shape {tuple(x.shape)}")
+        _check_block_input(x, self.weight, "d", match_dtype=False)  # any floating dtype: it upcasts
         # Square in float32 for half inputs: x^2 overflows float16 above 256.
         acc = torch.float32 if x.dtype in (torch.float16, torch.bfloat16) else x.dtype
         h = x.to(acc)
@@ -124,6 +273,7 @@ class SwiGLU(nn.Module):
         self.down_proj = nn.Linear(d_ff, d_model, bias=bias)  # W_2: d_ff -> D
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        _check_block_input(x, self.gate_proj.weight, "d_model", match_dtype=True)
         hidden = F.silu(self.gate_proj(x)) * self.up_proj(x)  # (B, N, D) -> (B, N, d_ff)
         return self.down_proj(hidden)  # (B, N, d_ff) -> (B, N, D)
 
@@ -138,9 +288,8 @@ def swiglu_width(d_model: int, multiple_of: int = 256, ffn_dim_multiplier: float
     _positive_int("d_model", d_model)
     _positive_int("multiple_of", multiple_of)
     hidden = int(2 * (4 * d_model) / 3)
+    _check_multiplier(ffn_dim_multiplier)
     if ffn_dim_multiplier is not None:
-        if isinstance(ffn_dim_multiplier, bool) or not ffn_dim_multiplier > 0:
-            raise ValueError(f"ffn_dim_multiplier must be a positive number or None, got {ffn_dim_multiplier!r}")
         hidden = int(ffn_dim_multiplier * hidden)
     return multiple_of * ((hidden + multiple_of - 1) // multiple_of)
 # --8<-- [end:swiglu]
@@ -162,13 +311,7 @@ def rope_tables(
         ``(cos, sin)``, float64 (float32 on MPS; ``apply_rope`` casts them
         to its working dtype), each ``(*positions.shape, rotary_dim / 2)``.
     """
-    if not isinstance(positions, torch.Tensor) or positions.is_floating_point() or positions.dtype == torch.bool:
-        got = positions.dtype if isinstance(positions, torch.Tensor) else type(positions).__name__
-        raise TypeError(f"positions must be an integer tensor, got {got}")
-    if isinstance(rotary_dim, bool) or not isinstance(rotary_dim, int) or rotary_dim < 2 or rotary_dim % 2:
-        raise ValueError(f"rotary_dim must be an even int >= 2, got {rotary_dim!r}")
-    if isinstance(base, bool) or not isinstance(base, (int, float)) or not base > 1:
-        raise ValueError(f"base must be a number > 1, got {base!r}")
+    _check_rope_args(positions, rotary_dim, base)
     # Angles in float64 (t * theta loses digits in float32 at large t); MPS has no float64.
     wide = torch.float32 if positions.device.type == "mps" else torch.float64
     exponent = torch.arange(0, rotary_dim, 2, dtype=wide, device=positions.device) / rotary_dim
@@ -189,11 +332,8 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     Returns:
         A tensor like ``x``.
     """
-    if cos.shape != sin.shape or cos.dim() not in (2, 3):
-        raise ValueError(f"cos and sin must both be (N, r/2) or (B, N, r/2), got {tuple(cos.shape)} and {tuple(sin.shape)}")
-    r, n = 2 * cos.shape[-1], cos.shape[-2]
-    if x.dim() != 4 or x.shape[-2] != n or x.shape[-1] < r:
-        raise ValueError(f"x must be (B, H, N, d) with N = {n} and d >= {r}, got {tuple(x.shape)}")
+    _check_rope_inputs(x, cos, sin)
+    r = 2 * cos.shape[-1]
     if cos.dim() == 3:
         cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)  # (B, N, r/2) -> (B, 1, N, r/2), shared by heads
     acc = torch.float32 if x.dtype in (torch.float16, torch.bfloat16) else x.dtype
@@ -220,6 +360,7 @@ def sdpa_attend(
     Rows with no allowed key are set to zero after the call: some GPU
     backends return unmasked attention for them.
     """
+    _check_kernel_args(q, k, v, attn_mask, scale)
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, scale=scale)  # (B, H, N, d)
     if attn_mask is not None:
         out = out.masked_fill(~attn_mask.any(-1, keepdim=True), 0.0)
@@ -285,11 +426,9 @@ class DecoderAttention(nn.Module):
         _positive_int("d_head", d_head)
         if qk_norm not in (None, "head", "full"):
             raise ValueError(f"qk_norm must be None, 'head' or 'full', got {qk_norm!r}")
+        _check_norm_eps("norm_eps", norm_eps)
         rotary_dim = d_head if rotary_dim is None else rotary_dim
-        if rope_base is not None:
-            rope_tables(torch.zeros(1, dtype=torch.long), rotary_dim, rope_base)  # checks both
-            if rotary_dim > d_head:
-                raise ValueError(f"rotary_dim must be <= d_head = {d_head}, got {rotary_dim}")
+        _check_rope_init(rope_base, rotary_dim, d_head)
         if scale is not None and (isinstance(scale, bool) or not isinstance(scale, (int, float)) or not scale > 0):
             raise ValueError(f"scale must be a positive number or None, got {scale!r}")
         if attend is not None and not callable(attend):
@@ -322,6 +461,8 @@ class DecoderAttention(nn.Module):
             shapes = ((n, n), (b, 1, n, n), (b, self.n_heads, n, n))
             if tuple(attn_mask.shape) not in shapes:
                 raise ValueError(f"attn_mask must have shape (N, N), (B, 1, N, N) or (B, H, N, N) = {shapes}, got {tuple(attn_mask.shape)}")
+            if attn_mask.device != device:
+                raise ValueError(f"attn_mask must be on the device of x {device}, got {attn_mask.device}")
         if not is_causal:
             return attn_mask
         causal = torch.ones(n, n, dtype=torch.bool, device=device).tril()  # (N, N)
@@ -349,9 +490,8 @@ class DecoderAttention(nn.Module):
         Returns:
             ``(B, N, D)``.
         """
-        if not isinstance(x, torch.Tensor) or x.dim() != 3 or x.shape[-1] != self.d_model:
-            got = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
-            raise ValueError(f"x must have shape (B, N, D) with D = {self.d_model}, got {got}")
+        _check_hidden_states(x, self.q_proj.weight)
+        _check_positions(positions, x.shape[0], x.shape[1])
         b, n, _ = x.shape
         h, h_kv, d = self.n_heads, self.n_kv_heads, self.d_head
         allowed = self._allowed(attn_mask, is_causal, b, n, x.device)
@@ -366,8 +506,6 @@ class DecoderAttention(nn.Module):
         if self.rope_base is not None:
             if positions is None:
                 positions = torch.arange(n, device=x.device)  # (N,)
-            elif positions.shape not in ((n,), (b, n)):
-                raise ValueError(f"positions must have shape (N,) or (B, N) = ({n},) or ({b}, {n}), got {tuple(positions.shape)}")
             cos, sin = rope_tables(positions.to(x.device), self.rotary_dim, self.rope_base)
             q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         k = k.repeat_interleave(h // h_kv, dim=1)  # (B, H_kv, N, d) -> (B, H, N, d)
@@ -400,6 +538,7 @@ class DecoderLayer(nn.Module):
         if not isinstance(attention, nn.Module):
             raise TypeError(f"attention must be an nn.Module, got {type(attention).__name__}")
         self.d_model = _positive_int("d_model", d_model)
+        _check_norm_eps("norm_eps", norm_eps)
         self.self_attn = attention
         self.mlp = SwiGLU(d_model, d_ff)
         self.input_layernorm = RMSNorm(d_model, norm_eps)  # before attention
@@ -412,9 +551,7 @@ class DecoderLayer(nn.Module):
         attn_mask: torch.Tensor | None = None,
         positions: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        if not isinstance(x, torch.Tensor) or x.dim() != 3 or x.shape[-1] != self.d_model:
-            got = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
-            raise ValueError(f"x must have shape (B, N, D) with D = {self.d_model}, got {got}")
+        _check_hidden_states(x, self.mlp.gate_proj.weight)
         # Pre-norm: the residual stream is never normalised; each branch reads a
         # normalised copy and adds its result back.
         h = x + self.self_attn(self.input_layernorm(x), attn_mask=attn_mask, positions=positions)

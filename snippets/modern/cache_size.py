@@ -30,6 +30,15 @@ __all__ = ["mha_cache_elements", "mla_cache_elements", "cached_tokens", "model_c
 def _check_cache_int(name: str, value: object, minimum: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
+
+
+def _check_cache_kinds(layer_types: object) -> None:
+    if not isinstance(layer_types, (list, tuple)):
+        raise TypeError(f"layer_types must be a list of layer kinds, got {type(layer_types).__name__}")
+    kinds = ("full_attention", "sliding_attention", "chunked_attention", "linear_attention")
+    for i, kind in enumerate(layer_types):
+        if kind not in kinds:
+            raise ValueError(f"layer_types[{i}] must be one of {kinds}, got {kind!r}")
 # --8<-- [end:validate]
 
 
@@ -117,8 +126,7 @@ def model_cache_bytes(
     Returns:
         The size in bytes, an int.
     """
-    if not isinstance(layer_types, (list, tuple)):
-        raise TypeError(f"layer_types must be a list of layer kinds, got {type(layer_types).__name__}")
+    _check_cache_kinds(layer_types)
     _check_cache_int("elements_per_token", elements_per_token, 1)
     _check_cache_int("batch", batch, 0)
     _check_cache_int("bytes_per_element", bytes_per_element, 1)

@@ -26,10 +26,105 @@ This file needs only torch and the standard library: copy it into a project.
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import nn
 
 __all__ = ["softcap", "softcap_attention", "SoftCap", "OutputGate", "split_fused_q_gate"]
+
+
+def _positive_int(name: str, value: object) -> int:
+    """Return ``value`` if it is a positive int (not a bool), else raise."""
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError(f"{name} must be a positive int, got {value!r}")
+    return value
+
+
+def _check_like_module(name: str, t: torch.Tensor, weight: torch.Tensor) -> None:
+    """Raise unless t has the device (and, outside autocast, the dtype) of the module's weight."""
+    if t.device != weight.device:
+        raise ValueError(f"{name} must be on the module's device {weight.device}, got {t.device}")
+    autocast = torch.amp.is_autocast_available(t.device.type) and torch.is_autocast_enabled(t.device.type)
+    if t.dtype != weight.dtype and not autocast:
+        raise TypeError(f"{name} must have the module's dtype {weight.dtype}, got {t.dtype}")
+
+
+def _check_heads(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+    """q ``(B, H, N, d)``, k ``(B, H, M, d)``, v ``(B, H, M, d_v)``, floating, one dtype, one device."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor) or not t.is_floating_point():
+            got = t.dtype if isinstance(t, torch.Tensor) else type(t).__name__
+            raise TypeError(f"{name} must be a floating torch.Tensor, got {got}")
+        if t.dim() != 4:
+            raise ValueError(f"{name} must have 4 dimensions (B, H, length, d), got shape {tuple(t.shape)}")
+    for name, t in (("k", k), ("v", v)):
+        if t.device != q.device:
+            raise ValueError(f"{name} must be on the device of q {q.device}, got {t.device}")
+        if t.dtype != q.dtype:
+            raise TypeError(f"{name} must have the dtype of q {q.dtype}, got {t.dtype}")
+    if q.shape[:2] != k.shape[:2] or k.shape[:3] != v.shape[:3] or q.shape[-1] != k.shape[-1]:
+        raise ValueError(
+            f"q (B, H, N, d), k (B, H, M, d) and v (B, H, M, d_v) disagree: got "
+            f"{tuple(q.shape)}, {tuple(k.shape)} and {tuple(v.shape)}"
+        )
+
+
+def _check_bool_mask(attn_mask: torch.Tensor | None, q: torch.Tensor, k: torch.Tensor) -> None:
+    """None, or a boolean mask (N, M) or (B, H or 1, N, M) for the scores of q and k, on their device."""
+    if attn_mask is None:
+        return
+    if not isinstance(attn_mask, torch.Tensor) or attn_mask.dtype != torch.bool:
+        got = attn_mask.dtype if isinstance(attn_mask, torch.Tensor) else type(attn_mask).__name__
+        raise TypeError(f"attn_mask must be a boolean tensor (True = may attend), got {got}")
+    (b, h, n, _), m = q.shape, k.shape[-2]
+    shape = tuple(attn_mask.shape)
+    if shape != (n, m) and (len(shape) != 4 or shape[0] != b or shape[1] not in (1, h) or shape[2:] != (n, m)):
+        raise ValueError(
+            f"attn_mask must be (N, M) or (B, H or 1, N, M) with (B, H, N, M) = {(b, h, n, m)}, got {shape}"
+        )
+    if attn_mask.device != q.device:
+        raise ValueError(f"attn_mask must be on the device of q {q.device}, got {attn_mask.device}")
+
+
+def _check_scale(scale: float | None) -> None:
+    if scale is not None and (
+        isinstance(scale, bool)
+        or not isinstance(scale, (int, float))
+        or not (math.isfinite(scale) and scale > 0)
+    ):
+        raise ValueError(f"scale must be a positive finite float or None, got {scale!r}")
+
+
+def _check_kernel_args(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torch.Tensor | None, scale: float | None
+) -> None:
+    """The arguments every attention kernel of the modern block takes."""
+    _check_heads(q, k, v)
+    _check_bool_mask(attn_mask, q, k)
+    _check_scale(scale)
+
+
+def _check_capped_scores(scores: object) -> None:
+    if not isinstance(scores, torch.Tensor) or not scores.is_floating_point():
+        got = scores.dtype if isinstance(scores, torch.Tensor) else type(scores).__name__
+        raise TypeError(f"scores must be a floating torch.Tensor, got {got}")
+
+
+def _check_gate_inputs(x: object, out: object, weight: torch.Tensor, width: int) -> None:
+    """x ``(B, N, D)`` and out ``(B, N, H * d)``, floating, on the device (and dtype) of the gate's weight."""
+    for name, t in (("x", x), ("out", out)):
+        if not isinstance(t, torch.Tensor) or not t.is_floating_point():
+            got = t.dtype if isinstance(t, torch.Tensor) else type(t).__name__
+            raise TypeError(f"{name} must be a floating torch.Tensor, got {got}")
+    if x.dim() != 3 or x.shape[-1] != weight.shape[-1]:
+        raise ValueError(f"x must be (B, N, D) with D = {weight.shape[-1]}, got {tuple(x.shape)}")
+    if out.dim() != 3 or out.shape[-1] != width or out.shape[:2] != x.shape[:2]:
+        raise ValueError(
+            f"out must be (B, N, H * d) = ({x.shape[0]}, {x.shape[1]}, {width}) to match x, got {tuple(out.shape)}"
+        )
+    _check_like_module("x", x, weight)
+    _check_like_module("out", out, weight)
 
 
 def _check_cap(cap: object) -> float:
@@ -42,6 +137,7 @@ def _check_cap(cap: object) -> float:
 def softcap(scores: torch.Tensor, cap: float) -> torch.Tensor:
     """``cap * tanh(scores / cap)``: close to the identity for ``|s| << cap``,
     never beyond ``+-cap``."""
+    _check_capped_scores(scores)
     cap = _check_cap(cap)
     return cap * torch.tanh(scores / cap)
 
@@ -68,17 +164,7 @@ def softcap_attention(
     Returns:
         ``(B, H, N, d_v)``.
     """
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(t, torch.Tensor) or not t.is_floating_point() or t.dim() != 4:
-            got = f"{t.dtype} {tuple(t.shape)}" if isinstance(t, torch.Tensor) else type(t).__name__
-            raise ValueError(f"{name} must be a floating (B, H, length, d) tensor, got {got}")
-    n, m = q.shape[-2], k.shape[-2]
-    if attn_mask is not None:
-        if not isinstance(attn_mask, torch.Tensor) or attn_mask.dtype != torch.bool:
-            got = attn_mask.dtype if isinstance(attn_mask, torch.Tensor) else type(attn_mask).__name__
-            raise TypeError(f"attn_mask must be a boolean tensor (True = may attend), got {got}")
-        if attn_mask.dim() not in (2, 4) or tuple(attn_mask.shape[-2:]) != (n, m):
-            raise ValueError(f"attn_mask must be (N, M) or (B, H or 1, N, M) with N = {n}, M = {m}, got {tuple(attn_mask.shape)}")
+    _check_kernel_args(q, k, v, attn_mask, scale)
     scale = q.shape[-1] ** -0.5 if scale is None else scale
     acc = torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype  # softmax in float32 for half
     scores = (q.to(acc) @ k.to(acc).transpose(-2, -1)) * scale  # (B, H, N, d) @ (B, H, d, M) -> (B, H, N, M)
@@ -143,8 +229,7 @@ class OutputGate(nn.Module):
     def __init__(self, d_model: int, n_heads: int, d_head: int, *, per: str = "element", bias: bool = False) -> None:
         super().__init__()
         for name, value in (("d_model", d_model), ("n_heads", n_heads), ("d_head", d_head)):
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
+            _positive_int(name, value)
         if per not in ("element", "head"):
             raise ValueError(f"per must be 'element' or 'head', got {per!r}")
         self.n_heads, self.d_head, self.per = n_heads, d_head, per
@@ -152,10 +237,7 @@ class OutputGate(nn.Module):
 
     def forward(self, x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
         h, d = self.n_heads, self.d_head
-        if out.dim() != 3 or out.shape[-1] != h * d or out.shape[:2] != x.shape[:2]:
-            raise ValueError(
-                f"out must be (B, N, H * d) = ({x.shape[0]}, {x.shape[1]}, {h * d}) to match x, got {tuple(out.shape)}"
-            )
+        _check_gate_inputs(x, out, self.gate_proj.weight, h * d)
         gate = torch.sigmoid(self.gate_proj(x))  # (B, N, D) -> (B, N, H*d) or (B, N, H)
         if self.per == "head":
             gate = gate.repeat_interleave(d, dim=-1)  # (B, N, H) -> (B, N, H*d): one value per head
@@ -177,6 +259,8 @@ def split_fused_q_gate(weight: torch.Tensor, n_heads: int, d_head: int) -> tuple
     Returns:
         ``(q_weight, gate_weight)``, each ``(H * d, D)``.
     """
+    _positive_int("n_heads", n_heads)
+    _positive_int("d_head", d_head)
     if not isinstance(weight, torch.Tensor) or weight.dim() != 2 or weight.shape[0] != 2 * n_heads * d_head:
         got = tuple(weight.shape) if isinstance(weight, torch.Tensor) else type(weight).__name__
         raise ValueError(f"weight must be (H * 2d, D) with H * 2d = {2 * n_heads * d_head}, got {got}")

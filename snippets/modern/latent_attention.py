@@ -52,6 +52,101 @@ def _check_hidden(x: object, d_model: int) -> None:
         raise TypeError(f"x must have a floating dtype, got {x.dtype}")
     if x.dim() != 3 or x.shape[-1] != d_model:
         raise ValueError(f"x must be (B, N, D) with D={d_model}, got shape {tuple(x.shape)}")
+
+
+def _check_like_module(name: str, t: torch.Tensor, weight: torch.Tensor) -> None:
+    """Raise unless t has the device (and, outside autocast, the dtype) of the module's weight."""
+    if t.device != weight.device:
+        raise ValueError(f"{name} must be on the module's device {weight.device}, got {t.device}")
+    autocast = torch.amp.is_autocast_available(t.device.type) and torch.is_autocast_enabled(t.device.type)
+    if t.dtype != weight.dtype and not autocast:
+        raise TypeError(f"{name} must have the module's dtype {weight.dtype}, got {t.dtype}")
+
+
+def _check_float_dtype(dtype: object) -> None:
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise TypeError(f"dtype must be a floating torch.dtype, got {dtype!r}")
+
+
+def _check_mla_number(name: str, value: object, low: float) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not low < value < math.inf:
+        raise ValueError(f"{name} must be a finite number > {low}, got {value!r}")
+
+
+def _check_mla_rope(positions: object, dim: object, base: object) -> None:
+    if not isinstance(positions, torch.Tensor) or positions.is_floating_point() or positions.dtype == torch.bool:
+        got = positions.dtype if isinstance(positions, torch.Tensor) else type(positions).__name__
+        raise TypeError(f"positions must be an integer tensor, got {got}")
+    if positions.dim() != 1:
+        raise ValueError(f"positions must have shape (N,), got {tuple(positions.shape)}")
+    if isinstance(dim, bool) or not isinstance(dim, int) or dim < 2 or dim % 2:
+        raise ValueError(f"dim must be an even int >= 2, got {dim!r}")
+    _check_mla_number("base", base, 1)
+
+
+def _check_rope_part(x: object, cos: object, sin: object) -> None:
+    """x ``(..., N, dim)``; cos and sin ``(N, dim / 2)`` on x's device, all floating."""
+    for name, t in (("x", x), ("cos", cos), ("sin", sin)):
+        if not isinstance(t, torch.Tensor) or not t.is_floating_point():
+            got = t.dtype if isinstance(t, torch.Tensor) else type(t).__name__
+            raise TypeError(f"{name} must be a floating torch.Tensor, got {got}")
+    if x.dim() < 2 or x.shape[-1] % 2:
+        raise ValueError(f"x must be (..., N, dim) with dim even, got shape {tuple(x.shape)}")
+    want = (x.shape[-2], x.shape[-1] // 2)
+    for name, t in (("cos", cos), ("sin", sin)):
+        if tuple(t.shape) != want:
+            raise ValueError(f"{name} must be (N, dim / 2) = {want} to match x, got {tuple(t.shape)}")
+        if t.device != x.device:
+            raise ValueError(f"{name} must be on the device of x {x.device}, got {t.device}")
+
+
+def _check_latent_update(c: object, k_rope: object, cache: "LatentCache") -> None:
+    """c ``(B, N, d_c)`` and k_rope ``(B, N, d_R)`` of the cache's B, widths, dtype and device."""
+    b, _, d_c = cache.c.shape
+    d_r = cache.k_rope.shape[-1]
+    for name, t, width in (("c", c, d_c), ("k_rope", k_rope, d_r)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dtype != cache.c.dtype:
+            raise TypeError(f"{name} must have the cache's dtype {cache.c.dtype}, got {t.dtype}")
+        if t.device != cache.c.device:
+            raise ValueError(f"{name} must be on the cache's device {cache.c.device}, got {t.device}")
+        if t.dim() != 3 or t.shape[0] != b or t.shape[-1] != width:
+            raise ValueError(f"{name} must be (B, N, {width}) with B = {b}, got shape {tuple(t.shape)}")
+    if c.shape[1] != k_rope.shape[1]:
+        raise ValueError(f"c and k_rope must hold the same N tokens, got {c.shape[1]} and {k_rope.shape[1]}")
+
+
+def _check_latent_cache(cache: object, x: torch.Tensor, kv_lora_rank: int, rope_dim: int) -> None:
+    if cache is None:
+        return
+    if not isinstance(cache, LatentCache):
+        raise TypeError(f"cache must be a LatentCache or None, got {type(cache).__name__}")
+    want = (x.shape[0], kv_lora_rank, rope_dim)
+    got = (cache.c.shape[0], cache.c.shape[-1], cache.k_rope.shape[-1])
+    if got != want or cache.c.dtype != x.dtype or cache.c.device != x.device:
+        raise ValueError(
+            f"cache must hold (B, d_c, d_R) = {want} in {x.dtype} on {x.device} like x, "
+            f"got {got} in {cache.c.dtype} on {cache.c.device}"
+        )
+
+
+def _check_latent_mask(attn_mask: object, shape: tuple[int, int, int, int], device: torch.device) -> None:
+    """None, or a boolean mask that broadcasts to the scores' (B, H, N, M) without enlarging them."""
+    if attn_mask is None:
+        return
+    if not isinstance(attn_mask, torch.Tensor) or attn_mask.dtype != torch.bool:
+        got = attn_mask.dtype if isinstance(attn_mask, torch.Tensor) else type(attn_mask).__name__
+        raise TypeError(f"attn_mask must be a boolean tensor (True = may attend), got {got}")
+    try:
+        fits = torch.broadcast_shapes(attn_mask.shape, shape) == shape
+    except RuntimeError:
+        fits = False
+    if not fits:
+        raise ValueError(f"attn_mask must broadcast to (B, H, N, M) = {shape}, got shape {tuple(attn_mask.shape)}")
+    if attn_mask.device != device:
+        raise ValueError(f"attn_mask must be on the device of x {device}, got {attn_mask.device}")
+
 # --8<-- [end:validate]
 
 
@@ -70,8 +165,7 @@ def latent_rope_angles(
         ``(cos, sin)``, each ``(N, dim / 2)``, in float64 (``rotate_rope_part`` casts them
         to the precision it computes in).
     """
-    if isinstance(dim, bool) or not isinstance(dim, int) or dim < 2 or dim % 2:
-        raise ValueError(f"dim must be an even int >= 2, got {dim!r}")
+    _check_mla_rope(positions, dim, base)
     inv_freq = base ** (-torch.arange(0, dim, 2, dtype=torch.float64, device=positions.device) / dim)  # (dim/2,)
     angles = positions.to(torch.float64)[:, None] * inv_freq  # (N, 1) * (dim/2,) -> (N, dim/2)
     return angles.cos(), angles.sin()
@@ -79,6 +173,7 @@ def latent_rope_angles(
 
 def rotate_rope_part(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, interleaved: bool) -> torch.Tensor:
     """Rotate each plane of the last dimension of x by its angle: ``(..., N, dim)``."""
+    _check_rope_part(x, cos, sin)
     acc = torch.float32 if x.dtype in (torch.float16, torch.bfloat16) else x.dtype
     c, s = cos.to(acc), sin.to(acc)  # (N, dim/2)
     x = x.to(acc)
@@ -114,6 +209,7 @@ class LatentCache:
         for name, value in (("batch", batch), ("kv_lora_rank", kv_lora_rank),
                             ("rope_dim", rope_dim), ("max_len", max_len)):
             _check_mla_size(name, value)
+        _check_float_dtype(dtype)
         self.c = torch.zeros(batch, max_len, kv_lora_rank, dtype=dtype, device=device)  # (B, max_len, d_c)
         self.k_rope = torch.zeros(batch, max_len, rope_dim, dtype=dtype, device=device)  # (B, max_len, d_R)
         self.seq_len = 0
@@ -125,6 +221,7 @@ class LatentCache:
 
     def update(self, c: torch.Tensor, k_rope: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Append N new tokens' ``c`` ``(B, N, d_c)`` and ``k^R`` ``(B, N, d_R)``; return all M so far."""
+        _check_latent_update(c, k_rope, self)
         start, n = self.seq_len, c.shape[1]
         if start + n > self.c.shape[1]:
             raise ValueError(
@@ -187,8 +284,10 @@ class MultiHeadLatentAttention(nn.Module):
             _check_mla_size("q_lora_rank", q_lora_rank)
         if isinstance(rope_dim, bool) or not isinstance(rope_dim, int) or rope_dim < 2 or rope_dim % 2:
             raise ValueError(f"rope_dim must be an even int >= 2, got {rope_dim!r}")
-        if not (isinstance(rope_base, (int, float)) and rope_base > 1):
-            raise ValueError(f"rope_base must be a number > 1, got {rope_base!r}")
+        _check_mla_number("rope_base", rope_base, 1)
+        _check_mla_number("norm_eps", norm_eps, 0)
+        if softmax_scale is not None:
+            _check_mla_number("softmax_scale", softmax_scale, 0)
         self.d_model, self.n_heads = d_model, n_heads
         self.kv_lora_rank, self.q_lora_rank = kv_lora_rank, q_lora_rank
         self.d_nope, self.d_rope, self.d_v = qk_nope_head_dim, rope_dim, v_head_dim
@@ -295,8 +394,11 @@ class MultiHeadLatentAttention(nn.Module):
             ``(B, N, D)``.
         """
         _check_hidden(x, self.d_model)
+        _check_like_module("x", x, self.kv_down.weight)
+        _check_latent_cache(cache, x, self.kv_lora_rank, self.d_rope)
         b, n, _ = x.shape
         past = 0 if cache is None else cache.seq_len
+        _check_latent_mask(attn_mask, (b, self.n_heads, n, past + n), x.device)
         positions = torch.arange(past, past + n, device=x.device)  # (N,), absolute positions
         q_nope, q_rope, c, k_rope = self.project(x, positions)
         if cache is not None:
@@ -305,15 +407,7 @@ class MultiHeadLatentAttention(nn.Module):
         # Lower-right causal mask: query i (absolute position past + i) sees keys j <= past + i.
         allowed = torch.arange(m, device=x.device) <= positions[:, None]  # (N, M)
         if attn_mask is not None:
-            if not isinstance(attn_mask, torch.Tensor) or attn_mask.dtype != torch.bool:
-                raise TypeError(f"attn_mask must be a boolean tensor (True = may attend), got "
-                                f"{attn_mask.dtype if isinstance(attn_mask, torch.Tensor) else type(attn_mask).__name__}")
-            try:
-                torch.broadcast_shapes(attn_mask.shape, (b, self.n_heads, n, m))
-            except RuntimeError:
-                raise ValueError(f"attn_mask must broadcast to (B, H, N, M) = {(b, self.n_heads, n, m)}, "
-                                 f"got shape {tuple(attn_mask.shape)}") from None
-            allowed = allowed & attn_mask.to(x.device)  # (B, H, N, M) or broadcastable
+            allowed = allowed & attn_mask  # (B, H, N, M) or broadcastable
         attend = self.attend_absorbed if absorbed else self.attend_naive
         return attend(q_nope, q_rope, c, k_rope, allowed)
     # --8<-- [end:forward]

@@ -120,7 +120,7 @@ def layer_mask(
     """
     _check_layer_kind("kind", kind)
     if kind == "linear_attention":
-        raise ValueError("kind 'linear_attention' has no softmax mask: its layer is a recurrence")
+        raise ValueError("kind must name a softmax layer (its layer is a recurrence, with no mask), got 'linear_attention'")
     _check_layer_count("n_queries", n_queries, 0)
     m = n_queries if n_keys is None else n_keys
     _check_layer_count("n_keys", m, n_queries)
@@ -150,8 +150,8 @@ def summarize_layer_types(layer_types: list[str]) -> str:
     """
     if not isinstance(layer_types, (list, tuple)) or not layer_types:
         raise ValueError(f"layer_types must be a non-empty list of layer kinds, got {layer_types!r}")
-    for kind in layer_types:
-        _check_layer_kind("each layer type", kind)
+    for i, kind in enumerate(layer_types):
+        _check_layer_kind(f"layer_types[{i}]", kind)
 
     def runs(kinds) -> str:  # ["sliding", "sliding", "full"] -> "2 sliding : 1 full"
         out: list[list] = []

@@ -83,6 +83,63 @@ def _rope_check_number(name: str, value: object, *, above: float | None = None, 
 def _rope_check_tensor(name: str, t: object) -> None:
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+
+
+def _rope_check_inv_freq(inv_freq: object) -> None:
+    _rope_check_tensor("inv_freq", inv_freq)
+    if not inv_freq.is_floating_point() or inv_freq.dim() != 1:
+        raise ValueError(f"inv_freq must be a floating (r/2,) tensor, got {inv_freq.dtype} of shape {tuple(inv_freq.shape)}")
+
+
+def _rope_check_rotary_inputs(x: object, cos: object, sin: object) -> None:
+    """x ``(B, H, N, d)``; cos and sin ``(N, r/2)`` or ``(B, N, r/2)``, r <= d; floating, on x's device."""
+    for name, t in (("x", x), ("cos", cos), ("sin", sin)):
+        _rope_check_tensor(name, t)
+    for name, t in (("cos", cos), ("sin", sin)):
+        if not t.is_floating_point():
+            raise ValueError(f"{name} must be a floating tensor, got {t.dtype}")
+    if not x.is_floating_point() or x.dim() != 4:
+        raise ValueError(f"x must be a floating (B, H, N, d) tensor, got {x.dtype} of shape {tuple(x.shape)}")
+    (b, _, n, d), half = x.shape, cos.shape[-1]
+    if (cos.shape != sin.shape or cos.dim() not in (2, 3) or cos.shape[-2] != n or not 1 <= 2 * half <= d
+            or (cos.dim() == 3 and cos.shape[0] not in (1, b))):
+        raise ValueError(
+            f"cos and sin must both be (N, r/2) or (B, N, r/2) with B={b}, N={n} and r <= d={d}, "
+            f"got {tuple(cos.shape)} and {tuple(sin.shape)}"
+        )
+    for name, t in (("cos", cos), ("sin", sin)):
+        if t.device != x.device:
+            raise ValueError(f"{name} must be on the device of x {x.device}, got {t.device}")
+
+
+def _rope_check_qk(q: object, k: object, d_head: int, device: torch.device) -> None:
+    """q ``(B, H, N, d)`` and k ``(B, H_kv, M, d)``, floating, N <= M, on the module's device."""
+    for name, t in (("q", q), ("k", k)):
+        _rope_check_tensor(name, t)
+        if not t.is_floating_point() or t.dim() != 4:
+            raise ValueError(f"{name} must be a floating (B, H, length, d) tensor, got {t.dtype} of shape {tuple(t.shape)}")
+        if t.device != device:
+            raise ValueError(f"{name} must be on the module's device {device}, got {t.device}")
+    n, m = q.shape[-2], k.shape[-2]
+    if n > m:
+        raise ValueError(f"q may not be longer than k, got N={n} and M={m}")
+    if q.shape[-1] != d_head or k.shape[-1] != d_head:
+        raise ValueError(f"q and k must have last dimension d={d_head}, got {q.shape[-1]} and {k.shape[-1]}")
+
+
+def _rope_check_tokens(tokens: object, bos_id: object) -> None:
+    """tokens: an integer ``(B, N)`` tensor whose rows hold ``bos_id`` first and only there."""
+    _rope_check_tensor("tokens", tokens)
+    if tokens.dim() != 2 or tokens.shape[1] < 1 or tokens.is_floating_point() or tokens.dtype == torch.bool:
+        raise ValueError(f"tokens must be an integer (B, N) tensor, got {tokens.dtype} of shape {tuple(tokens.shape)}")
+    _rope_check_int("bos_id", bos_id, 0)
+    is_bos = tokens == bos_id  # (B, N)
+    starts, elsewhere = int(is_bos[:, 0].sum()), int(is_bos[:, 1:].sum())
+    if starts != tokens.shape[0] or elsewhere:
+        raise ValueError(
+            f"every row of tokens must start with bos_id={bos_id} and hold it only there, got {starts} of "
+            f"{tokens.shape[0]} rows starting with it and {elsewhere} more of it later"
+        )
 # --8<-- [end:validate]
 
 
@@ -138,7 +195,7 @@ def linear_scaling(inv_freq: torch.Tensor, factor: float) -> torch.Tensor:
     Rotating position m with theta_i / s is rotating position m / s with
     theta_i: a window s times longer is squeezed into the angles seen in training.
     """
-    _rope_check_tensor("inv_freq", inv_freq)
+    _rope_check_inv_freq(inv_freq)
     _rope_check_number("factor", factor, at_least=1.0)
     return inv_freq / factor  # (r/2,)
 # --8<-- [end:linear]
@@ -155,6 +212,8 @@ def ntk_aware_base(base: float, factor: float, d_rot: int) -> float:
     _rope_check_number("base", base, above=1.0)
     _rope_check_number("factor", factor, at_least=1.0)
     _rope_check_int("d_rot", d_rot, 4)
+    if d_rot % 2:
+        raise ValueError(f"d_rot must be even (dimensions rotate in pairs), got {d_rot}")
     return base * factor ** (d_rot / (d_rot - 2))
 
 
@@ -228,6 +287,9 @@ def yarn_attention_factor(factor: float, mscale: float | None = None, mscale_all
     configs give two coefficients and use their ratio.
     """
     _rope_check_number("factor", factor, at_least=1.0)
+    for name, value in (("mscale", mscale), ("mscale_all_dim", mscale_all_dim)):
+        if value is not None:
+            _rope_check_number(name, value, at_least=0.0)
 
     def m(scale: float, k: float = 1.0) -> float:
         return 1.0 if scale <= 1 else 0.1 * k * math.log(scale) + 1.0
@@ -249,7 +311,7 @@ def llama3_scaling(
     are kept; longer than L / low_freq_factor (8192) are divided by the factor;
     in between, a blend linear in L / wavelength, the number of turns in the window.
     """
-    _rope_check_tensor("inv_freq", inv_freq)
+    _rope_check_inv_freq(inv_freq)
     _rope_check_number("factor", factor, at_least=1.0)
     _rope_check_number("low_freq_factor", low_freq_factor, above=0.0)
     _rope_check_number("high_freq_factor", high_freq_factor, above=low_freq_factor)
@@ -356,10 +418,8 @@ def rotary_angles(
     Returns:
         ``(cos, sin)``, each ``positions.shape + (r/2,)``, float32.
     """
-    _rope_check_tensor("inv_freq", inv_freq)
+    _rope_check_inv_freq(inv_freq)
     _rope_check_tensor("positions", positions)
-    if inv_freq.dim() != 1:
-        raise ValueError(f"inv_freq must have shape (r/2,), got {tuple(inv_freq.shape)}")
     if positions.dtype == torch.bool or positions.is_complex() or positions.dim() not in (1, 2):
         raise ValueError(
             f"positions must be a real (N,) or (B, N) tensor, got dtype {positions.dtype} "
@@ -384,17 +444,8 @@ def apply_partial_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) 
     Returns:
         A tensor like x.
     """
-    for name, t in (("x", x), ("cos", cos), ("sin", sin)):
-        _rope_check_tensor(name, t)
-    if not x.is_floating_point() or x.dim() != 4:
-        raise ValueError(f"x must be a floating (B, H, N, d) tensor, got {x.dtype} of shape {tuple(x.shape)}")
-    n, d = x.shape[-2], x.shape[-1]
+    _rope_check_rotary_inputs(x, cos, sin)
     half = cos.shape[-1]
-    if cos.shape != sin.shape or cos.dim() not in (2, 3) or cos.shape[-2] != n or not 1 <= 2 * half <= d:
-        raise ValueError(
-            f"cos and sin must both be (N, r/2) or (B, N, r/2) with N={n} and r <= d={d}, "
-            f"got {tuple(cos.shape)} and {tuple(sin.shape)}"
-        )
     dtype = x.dtype
     acc = torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
     c, s = cos.to(acc), sin.to(acc)
@@ -428,12 +479,9 @@ class ScaledRotaryEmbedding(nn.Module):
     def forward(self, q: torch.Tensor, k: torch.Tensor, *, offset: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
         """Rotate q ``(B, H, N, d)`` and k ``(B, H_kv, M, d)``; the queries are the
         last N of the key positions ``offset .. offset + M - 1``."""
-        n, m = q.shape[-2], k.shape[-2]
+        _rope_check_qk(q, k, self.d_head, self.inv_freq.device)
         _rope_check_int("offset", offset, 0)
-        if n > m:
-            raise ValueError(f"q may not be longer than k, got N={n} and M={m}")
-        if q.shape[-1] != self.d_head or k.shape[-1] != self.d_head:
-            raise ValueError(f"q and k must have last dimension d={self.d_head}, got {q.shape[-1]} and {k.shape[-1]}")
+        n, m = q.shape[-2], k.shape[-2]
         inv_freq, scale = self.inv_freq, self.attention_factor
         if self.rope_type == "dynamic":  # the frequencies follow the current length
             inv_freq, scale = rope_inv_freq(self.d_head, **self.rope, seq_len=offset + m)
@@ -460,12 +508,8 @@ def nope_positions(tokens: torch.Tensor, bos_id: int, *, causal: bool = True) ->
     Returns:
         ``(B, N)`` float32: 0, 1, 2, ... when causal; N - 1 everywhere when not.
     """
-    _rope_check_tensor("tokens", tokens)
-    if tokens.dim() != 2 or tokens.shape[1] < 1 or tokens.is_floating_point() or tokens.dtype == torch.bool:
-        raise ValueError(f"tokens must be an integer (B, N) tensor, got {tokens.dtype} of shape {tuple(tokens.shape)}")
+    _rope_check_tokens(tokens, bos_id)
     is_bos = tokens == bos_id  # (B, N)
-    if not bool(is_bos[:, 0].all()) or bool(is_bos[:, 1:].any()):
-        raise ValueError(f"every row of tokens must start with bos_id={bos_id} and hold it only there")
     b, n = tokens.shape
     q = torch.zeros(b, 1, n, 1, device=tokens.device)  # (B, 1, N, 1): no content, no position
     k = torch.zeros_like(q)  # every score is 0, so the weights are uniform over the visible keys

@@ -25,6 +25,8 @@ This file needs only torch and the standard library: copy it into a project.
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import nn
 
@@ -40,13 +42,18 @@ __all__ = [
 
 
 def _check_heads(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
-    """q ``(B, H, N, d)``, k ``(B, H, M, d)``, v ``(B, H, M, d_v)``, floating, one dtype."""
+    """q ``(B, H, N, d)``, k ``(B, H, M, d)``, v ``(B, H, M, d_v)``, floating, one dtype, one device."""
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor) or not t.is_floating_point():
             got = t.dtype if isinstance(t, torch.Tensor) else type(t).__name__
             raise TypeError(f"{name} must be a floating torch.Tensor, got {got}")
         if t.dim() != 4:
             raise ValueError(f"{name} must have 4 dimensions (B, H, length, d), got shape {tuple(t.shape)}")
+    for name, t in (("k", k), ("v", v)):
+        if t.device != q.device:
+            raise ValueError(f"{name} must be on the device of q {q.device}, got {t.device}")
+        if t.dtype != q.dtype:
+            raise TypeError(f"{name} must have the dtype of q {q.dtype}, got {t.dtype}")
     if q.shape[:2] != k.shape[:2] or k.shape[:3] != v.shape[:3] or q.shape[-1] != k.shape[-1]:
         raise ValueError(
             f"q (B, H, N, d), k (B, H, M, d) and v (B, H, M, d_v) disagree: got "
@@ -54,14 +61,102 @@ def _check_heads(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         )
 
 
-def _check_bool_mask(attn_mask: torch.Tensor | None, n: int, m: int) -> None:
+def _check_bool_mask(attn_mask: torch.Tensor | None, q: torch.Tensor, k: torch.Tensor) -> None:
+    """None, or a boolean mask (N, M) or (B, H or 1, N, M) for the scores of q and k, on their device."""
     if attn_mask is None:
         return
     if not isinstance(attn_mask, torch.Tensor) or attn_mask.dtype != torch.bool:
         got = attn_mask.dtype if isinstance(attn_mask, torch.Tensor) else type(attn_mask).__name__
         raise TypeError(f"attn_mask must be a boolean tensor (True = may attend), got {got}")
-    if attn_mask.dim() not in (2, 4) or tuple(attn_mask.shape[-2:]) != (n, m):
-        raise ValueError(f"attn_mask must be (N, M) or (B, H or 1, N, M) with N = {n}, M = {m}, got {tuple(attn_mask.shape)}")
+    (b, h, n, _), m = q.shape, k.shape[-2]
+    shape = tuple(attn_mask.shape)
+    if shape != (n, m) and (len(shape) != 4 or shape[0] != b or shape[1] not in (1, h) or shape[2:] != (n, m)):
+        raise ValueError(
+            f"attn_mask must be (N, M) or (B, H or 1, N, M) with (B, H, N, M) = {(b, h, n, m)}, got {shape}"
+        )
+    if attn_mask.device != q.device:
+        raise ValueError(f"attn_mask must be on the device of q {q.device}, got {attn_mask.device}")
+
+
+def _check_scale(scale: float | None) -> None:
+    if scale is not None and (
+        isinstance(scale, bool)
+        or not isinstance(scale, (int, float))
+        or not (math.isfinite(scale) and scale > 0)
+    ):
+        raise ValueError(f"scale must be a positive finite float or None, got {scale!r}")
+
+
+def _check_kernel_args(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torch.Tensor | None, scale: float | None
+) -> None:
+    """The arguments every attention kernel of the modern block takes."""
+    _check_heads(q, k, v)
+    _check_bool_mask(attn_mask, q, k)
+    _check_scale(scale)
+
+
+def _check_sinks(sinks: object, q: torch.Tensor) -> None:
+    h = q.shape[1]
+    if not isinstance(sinks, torch.Tensor) or not sinks.is_floating_point() or tuple(sinks.shape) != (h,):
+        got = tuple(sinks.shape) if isinstance(sinks, torch.Tensor) else type(sinks).__name__
+        raise ValueError(f"sinks must be a floating tensor of shape (H,) = ({h},), got {got}")
+    if sinks.device != q.device:
+        raise ValueError(f"sinks must be on the device of q {q.device}, got {sinks.device}")
+
+
+def _check_finite(name: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError(f"{name} must be a finite number, got {value!r}")
+
+
+def _check_cache_update(k: object, v: object, keys: torch.Tensor | None, values: torch.Tensor | None) -> None:
+    """New keys ``(B, H, n, d)`` and values ``(B, H, n, d_v)`` that fit each other and the cached ones."""
+    for name, t, cached in (("k", k, keys), ("v", v, values)):
+        if not isinstance(t, torch.Tensor) or not t.is_floating_point():
+            got = t.dtype if isinstance(t, torch.Tensor) else type(t).__name__
+            raise TypeError(f"{name} must be a floating torch.Tensor, got {got}")
+        if cached is not None and (t.dtype != cached.dtype or t.device != cached.device):
+            raise TypeError(f"{name} must have the dtype and device of the cached ones ({cached.dtype}, "
+                            f"{cached.device}), got {t.dtype} on {t.device}")
+    if k.dim() != 4 or v.dim() != 4 or k.shape[:3] != v.shape[:3]:
+        raise ValueError(f"k and v must be (B, H, n, d) with the same (B, H, n), got {tuple(k.shape)} and {tuple(v.shape)}")
+    if k.dtype != v.dtype or k.device != v.device:
+        raise TypeError(f"k and v must share one dtype and device, got {k.dtype} on {k.device} and {v.dtype} on {v.device}")
+    if keys is not None and (k.shape[:2] != keys.shape[:2] or k.shape[-1] != keys.shape[-1]
+                             or v.shape[-1] != values.shape[-1]):
+        raise ValueError(f"k and v must have (B, H) = {tuple(keys.shape[:2])}, d = {keys.shape[-1]} and "
+                         f"d_v = {values.shape[-1]} like the cached ones, got {tuple(k.shape)} and {tuple(v.shape)}")
+
+
+def _check_rope_args(positions: object, rotary_dim: object, base: object) -> None:
+    """positions ``(N,)`` or ``(B, N)`` integers, an even ``rotary_dim`` >= 2, a finite ``base`` > 1."""
+    if not isinstance(positions, torch.Tensor) or positions.is_floating_point() or positions.dtype == torch.bool:
+        got = positions.dtype if isinstance(positions, torch.Tensor) else type(positions).__name__
+        raise TypeError(f"positions must be an integer tensor, got {got}")
+    if positions.dim() not in (1, 2):
+        raise ValueError(f"positions must have shape (N,) or (B, N), got {tuple(positions.shape)}")
+    if isinstance(rotary_dim, bool) or not isinstance(rotary_dim, int) or rotary_dim < 2 or rotary_dim % 2:
+        raise ValueError(f"rotary_dim must be an even int >= 2, got {rotary_dim!r}")
+    if isinstance(base, bool) or not isinstance(base, (int, float)) or not 1 < base < float("inf"):
+        raise ValueError(f"base must be a finite number > 1, got {base!r}")
+
+
+def _check_rope_inputs(x: object, cos: object, sin: object) -> None:
+    """x ``(B, H, N, d)`` floating; cos and sin alike, ``(N, r/2)`` or ``(B, N, r/2)``, r <= d, on x's device."""
+    for name, t in (("x", x), ("cos", cos), ("sin", sin)):
+        if not isinstance(t, torch.Tensor) or not t.is_floating_point():
+            got = t.dtype if isinstance(t, torch.Tensor) else type(t).__name__
+            raise TypeError(f"{name} must be a floating torch.Tensor, got {got}")
+    if cos.shape != sin.shape or cos.dim() not in (2, 3):
+        raise ValueError(f"cos and sin must both be (N, r/2) or (B, N, r/2), got {tuple(cos.shape)} and {tuple(sin.shape)}")
+    r, n = 2 * cos.shape[-1], cos.shape[-2]
+    if x.dim() != 4 or x.shape[-2] != n or x.shape[-1] < r or (cos.dim() == 3 and cos.shape[0] != x.shape[0]):
+        batch = f"B = {cos.shape[0]}, " if cos.dim() == 3 else ""
+        raise ValueError(f"x must be (B, H, N, d) with {batch}N = {n} and d >= {r}, got {tuple(x.shape)}")
+    for name, t in (("cos", cos), ("sin", sin)):
+        if t.device != x.device:
+            raise ValueError(f"{name} must be on the device of x {x.device}, got {t.device}")
 
 
 def _int_at_least(name: str, value: object, low: int) -> int:
@@ -96,13 +191,10 @@ def sink_attention(
     Returns:
         ``(B, H, N, d_v)``.
     """
-    _check_heads(q, k, v)
+    _check_kernel_args(q, k, v, attn_mask, scale)
+    _check_sinks(sinks, q)
     b, h, n, d = q.shape
     m = k.shape[-2]
-    _check_bool_mask(attn_mask, n, m)
-    if not isinstance(sinks, torch.Tensor) or not sinks.is_floating_point() or tuple(sinks.shape) != (h,):
-        got = tuple(sinks.shape) if isinstance(sinks, torch.Tensor) else type(sinks).__name__
-        raise ValueError(f"sinks must be a floating tensor of shape (H,) = ({h},), got {got}")
     scale = d**-0.5 if scale is None else scale
     # Scores and softmax in float32 for half inputs.
     acc = torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype
@@ -132,6 +224,7 @@ class LearnedSinks(nn.Module):
     def __init__(self, n_heads: int, init: float = 0.0) -> None:
         super().__init__()
         _int_at_least("n_heads", n_heads, 1)
+        _check_finite("init", init)
         self.sinks = nn.Parameter(torch.full((n_heads,), float(init)))
 
     def forward(
@@ -204,10 +297,7 @@ class SinkCache:
 
     def update(self, k: torch.Tensor, v: torch.Tensor) -> None:
         """Append new keys ``(B, H, n, d)`` and values ``(B, H, n, d_v)``, then evict."""
-        if k.dim() != 4 or v.dim() != 4 or k.shape[:3] != v.shape[:3]:
-            raise ValueError(f"k and v must be (B, H, n, d) with the same (B, H, n), got {tuple(k.shape)} and {tuple(v.shape)}")
-        if self.keys is not None and k.shape[:2] != self.keys.shape[:2]:
-            raise ValueError(f"k must have (B, H) = {tuple(self.keys.shape[:2])} like the cached keys, got {tuple(k.shape[:2])}")
+        _check_cache_update(k, v, self.keys, self.values)
         new = torch.arange(self.seen, self.seen + k.shape[-2], device=self.positions.device)  # (n,)
         self.seen += k.shape[-2]
         self.keys = k if self.keys is None else torch.cat((self.keys, k), dim=-2)  # (B, H, L + n, d)
@@ -239,13 +329,7 @@ def rope_tables(
         ``(cos, sin)``, float64 (float32 on MPS; ``apply_rope`` casts them
         to its working dtype), each ``(*positions.shape, rotary_dim / 2)``.
     """
-    if not isinstance(positions, torch.Tensor) or positions.is_floating_point() or positions.dtype == torch.bool:
-        got = positions.dtype if isinstance(positions, torch.Tensor) else type(positions).__name__
-        raise TypeError(f"positions must be an integer tensor, got {got}")
-    if isinstance(rotary_dim, bool) or not isinstance(rotary_dim, int) or rotary_dim < 2 or rotary_dim % 2:
-        raise ValueError(f"rotary_dim must be an even int >= 2, got {rotary_dim!r}")
-    if isinstance(base, bool) or not isinstance(base, (int, float)) or not base > 1:
-        raise ValueError(f"base must be a number > 1, got {base!r}")
+    _check_rope_args(positions, rotary_dim, base)
     # Angles in float64 (t * theta loses digits in float32 at large t); MPS has no float64.
     wide = torch.float32 if positions.device.type == "mps" else torch.float64
     exponent = torch.arange(0, rotary_dim, 2, dtype=wide, device=positions.device) / rotary_dim
@@ -266,11 +350,8 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     Returns:
         A tensor like ``x``.
     """
-    if cos.shape != sin.shape or cos.dim() not in (2, 3):
-        raise ValueError(f"cos and sin must both be (N, r/2) or (B, N, r/2), got {tuple(cos.shape)} and {tuple(sin.shape)}")
-    r, n = 2 * cos.shape[-1], cos.shape[-2]
-    if x.dim() != 4 or x.shape[-2] != n or x.shape[-1] < r:
-        raise ValueError(f"x must be (B, H, N, d) with N = {n} and d >= {r}, got {tuple(x.shape)}")
+    _check_rope_inputs(x, cos, sin)
+    r = 2 * cos.shape[-1]
     if cos.dim() == 3:
         cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)  # (B, N, r/2) -> (B, 1, N, r/2), shared by heads
     acc = torch.float32 if x.dtype in (torch.float16, torch.bfloat16) else x.dtype
