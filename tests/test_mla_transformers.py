@@ -21,7 +21,6 @@ variable set), where they fail: CI installs requirements-extra.txt.
 
 from __future__ import annotations
 
-import os
 
 import pytest
 import torch
@@ -30,22 +29,10 @@ from torch.testing import assert_close
 from snippets.modern.layer_patterns import layer_mask, periodic_layer_types, rope_layers
 from snippets.modern.latent_attention import LatentCache, MultiHeadLatentAttention
 
-MISSING = "transformers is not installed: pip install -r requirements-extra.txt"
-IN_CI = os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+from transformers_support import require_transformers, skip_module_without_transformers, transformers
 
-try:
-    import transformers
-except ImportError:  # pragma: no cover - depends on the environment
-    transformers = None
-    if not IN_CI:
-        pytest.skip(MISSING, allow_module_level=True)
+skip_module_without_transformers()
 
-
-def require_transformers():
-    """The ``transformers`` module; in CI a missing library fails the test, not skips it."""
-    if transformers is None:
-        pytest.fail(MISSING, pytrace=False)
-    return transformers
 
 
 # --- multi-head latent attention -------------------------------------------------

@@ -30,28 +30,17 @@ from snippets.modern.block import DecoderAttention, DecoderLayer, RMSNorm, SwiGL
 from snippets.modern.gates import OutputGate, SoftCap, split_fused_q_gate
 from snippets.modern.sinks import LearnedSinks, sink_window_mask
 
-MISSING = "transformers is not installed: pip install -r requirements-extra.txt"
-IN_CI = os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+from transformers_support import require_transformers, skip_module_without_transformers, transformers
 
-try:  # one import of every model family used below
-    import transformers
+skip_module_without_transformers()
+if transformers is not None:  # one import of every model family used below
     from transformers.models.gemma2 import modeling_gemma2
     from transformers.models.gpt_oss import modeling_gpt_oss
     from transformers.models.llama import modeling_llama
     from transformers.models.olmo2 import modeling_olmo2
     from transformers.models.qwen3 import modeling_qwen3
     from transformers.models.qwen3_next import modeling_qwen3_next
-except ImportError:  # pragma: no cover - depends on the environment
-    transformers = None
-    if not IN_CI:
-        pytest.skip(MISSING, allow_module_level=True)
 
-
-def require_transformers():
-    """The ``transformers`` module; in CI a missing library fails the test, not skips it."""
-    if transformers is None:
-        pytest.fail(MISSING, pytrace=False)
-    return transformers
 
 
 B, N, D, H, H_KV, D_HEAD, D_FF = 2, 6, 16, 4, 2, 8, 24
