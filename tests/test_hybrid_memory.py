@@ -112,8 +112,8 @@ def test_configs_bytes_and_published_dicts_are_named():
         HybridConfig("x", 3, 1, 1)
     with pytest.raises(TypeError, match=r"config must be a HybridConfig, got dict"):
         cache_bytes({}, 1)
-    with pytest.raises(ValueError, match=r"kv_bytes must be a finite number of bytes >= 0, got -2"):
-        cache_bytes(config, 1, kv_bytes=-2)
+    with pytest.raises(ValueError, match=r"kv_bytes must be a finite number of bytes >= 0, got -0.5"):
+        cache_bytes(config, 1, kv_bytes=-0.5)
     with pytest.raises(ValueError, match=r"state_bytes must be a finite number of bytes >= 0, got '4'"):
         cache_bytes(config, 1, state_bytes="4")
     with pytest.raises(TypeError, match=r"hf must be a dict read from config.json, got str"):

@@ -111,5 +111,9 @@ def test_cache_and_step_validation_messages():
         cache.write(0, positions, k, k.double())
     with pytest.raises(ValueError, match=r"k and v must have shape \(B, H_kv, N, d\) = \(2, 2, N, 8\), got k \(2, 2, 3, 4\)"):
         cache.write(0, positions, k[..., :4], k[..., :4])
+    with pytest.raises(ValueError, match=r"positions must have shape \(N,\) = \(3,\), one per token, got \(2,\)"):
+        cache.write(0, positions[:2], k, k)
+    with pytest.raises(TypeError, match=r"positions must be an int64 tensor, got torch.int32"):
+        cache.write(0, positions.int(), k, k)
     with pytest.raises(ValueError, match=r"positions must have shape \(N,\), got \(1, 3\)"):
         cache.mask(positions[None])
