@@ -37,6 +37,7 @@ from snippets.distributed.context_parallel import (  # noqa: E402
     PeerTimeoutError,
     allgather_kv_attention,
     causal_work_per_rank,
+    merge_block,
     pad_to_multiple,
     ring_attention,
     shard_positions,
@@ -259,7 +260,8 @@ def test_shard_unshard_round_trip(layout):
 
 def test_validation_messages():
     x = torch.zeros(1, 2, 7, 4)
-    with pytest.raises(ValueError, match=r"sequence length 7 must be a multiple of 4 for layout 'zigzag'"):
+    with pytest.raises(ValueError, match=r"the sequence length of x along dim must be a multiple of 4 for layout "
+                                         r"'zigzag' on world_size 2 \(pad it with pad_to_multiple first\), got 7"):
         shard_sequence(x, 0, 2, "zigzag")
     with pytest.raises(ValueError, match=r"layout must be one of .* got 'spiral'"):
         ring_attention(x, x, x, layout="spiral")
@@ -277,6 +279,59 @@ def test_validation_messages():
         pad_to_multiple(x, 0)
     with pytest.raises(ValueError, match=r"world_size must be a positive int, got 0"):
         simulate_ring_attention(x, x, x, 0)
+
+
+def test_more_validation_messages():
+    x = torch.zeros(1, 2, 8, 4)
+    mask = torch.ones(1, 8, dtype=torch.bool)
+    with pytest.raises(TypeError, match=r"q, k and v must share one dtype, got torch.float32, torch.float64 and torch.float32"):
+        ring_attention(x, x.double(), x)
+    with pytest.raises(ValueError, match=r"q, k and v must be on one device, got cpu, cpu and meta"):
+        allgather_kv_attention(x, x, x.to("meta"))
+    with pytest.raises(TypeError, match=r"key_padding_mask must be a torch.Tensor or None, got list"):
+        ulysses_attention(x, x, x, key_padding_mask=[True] * 8)
+    with pytest.raises(ValueError, match=r"key_padding_mask must be on the device of q cpu, got meta"):
+        ring_attention(x, x, x, key_padding_mask=mask.to("meta"))
+    with pytest.raises(TypeError, match=r"is_causal must be a bool, got 1"):
+        ring_attention(x, x, x, is_causal=1)
+    with pytest.raises(ValueError, match=r"scale must be a positive finite float or None, got 0.0"):
+        ulysses_attention(x, x, x, scale=0.0)
+    with pytest.raises(ValueError, match=r"the sequence length of q, k and v must be a multiple of 6 for layout "
+                                         r"'zigzag' on world_size 3"):
+        simulate_ring_attention(x, x, x, 3, layout="zigzag")
+    with pytest.raises(ValueError, match=r"rank must be an int in \[0, world_size=2\), got 2"):
+        shard_sequence(x, 2, 2)
+    with pytest.raises(ValueError, match=r"world_size must be a positive int, got True"):
+        shard_positions(4, 0, True)
+    with pytest.raises(ValueError, match=r"n_local must be an int >= 0 and a multiple of 2 for layout 'zigzag', got 3"):
+        shard_positions(3, 0, 2, "zigzag")
+    with pytest.raises(TypeError, match=r"x must be a torch.Tensor, got list"):
+        pad_to_multiple([1.0], 2)
+    with pytest.raises(ValueError, match=r"dim must be an int in \[-4, 4\) for x of shape \(1, 2, 8, 4\), got 4"):
+        shard_sequence(x, 0, 2, dim=4)
+    with pytest.raises(ValueError, match=r"shards must be a non-empty list of tensors of one shape, one per rank, "
+                                         r"got \[\(1, 2, 8, 4\), \(1, 2, 7, 4\)\]"):
+        unshard_sequence([x, x[:, :, :7]])
+    with pytest.raises(ValueError, match=r"shards must have an even length along dim, got 7"):
+        unshard_sequence([x[:, :, :7]], "zigzag")
+    with pytest.raises(ValueError, match=r"n must be a positive int, got 0"):
+        causal_work_per_rank(0, 2, "zigzag")
+    with pytest.raises(ValueError, match=r"the sequence length of n must be a multiple of 4 for layout 'zigzag' on "
+                                         r"world_size 2 \(pad it with pad_to_multiple first\), got 6"):
+        causal_work_per_rank(6, 2, "zigzag")
+    m, l, o, scores, v = torch.zeros(1, 3, 1), torch.ones(1, 3, 1), torch.zeros(1, 3, 4), torch.zeros(1, 3, 5), torch.zeros(1, 5, 4)
+    merge_block(m, l, o, scores, v)  # fits
+    with pytest.raises(TypeError, match=r"scores must be a torch.Tensor, got list"):
+        merge_block(m, l, o, [0.0], v)
+    with pytest.raises(ValueError, match=r"l must be a floating tensor of at least 2 dimensions, got dtype torch.int64"):
+        merge_block(m, l.long(), o, scores, v)
+    with pytest.raises(TypeError, match=r"m, l, o, scores and v must share one dtype"):
+        merge_block(m, l, o, scores, v.double())
+    with pytest.raises(ValueError, match=r"m, l, o, scores and v must be on one device"):
+        merge_block(m, l, o.to("meta"), scores, v)
+    with pytest.raises(ValueError, match=r"v must have shape \(1, 5, 4\) to fit scores \(1, 3, 5\) and o \(1, 3, 4\), "
+                                         r"got \(1, 6, 4\)"):
+        merge_block(m, l, o, scores, torch.zeros(1, 6, 4))
 
 
 if __name__ == "__main__":

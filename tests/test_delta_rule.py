@@ -132,3 +132,21 @@ def test_bad_input_is_named():
         delta_rule_chunked(q, k, v, beta, g, chunk_size=True)
     with pytest.raises(ValueError, match="state must have shape"):
         delta_rule_step(q[..., 0, :], k[..., 0, :], v[..., 0, :], beta[..., 0], None, torch.zeros(2, dtype=q.dtype))
+
+
+def test_devices_scale_and_one_token_inputs_are_named():
+    q, k, v, beta, g = _inputs(n=4)
+    with pytest.raises(ValueError, match=r"q, k, v, beta \(and g\) must be on one device, got \['cpu', 'cpu', 'cpu', 'meta', 'cpu'\]"):
+        delta_rule_parallel(q.cpu(), k.cpu(), v.cpu(), beta.to("meta"), g.cpu())
+    with pytest.raises(ValueError, match=r"scale must be a positive finite float or None, got nan"):
+        delta_rule_chunked(q, k, v, beta, g, scale=float("nan"))
+    step = [q[..., 0, :], k[..., 0, :], v[..., 0, :], beta[..., 0]]
+    with pytest.raises(TypeError, match=r"q must be a torch.Tensor, got str"):
+        delta_rule_step("q", *step[1:])
+    with pytest.raises(ValueError, match=r"beta must have shape \(B, H, ...\) of one token, got \(\)"):
+        delta_rule_step(*step[:3], beta[0, 0, 0])
+    state = torch.zeros(*step[1].shape, step[2].shape[-1], dtype=q.dtype)
+    with pytest.raises(TypeError, match=r"state must be a floating tensor or None, got torch.bool"):
+        delta_rule_step(*step, g[..., 0], state.bool())
+    with pytest.raises(ValueError, match=r"state must be on the device of q cpu, got meta"):
+        delta_rule_step(*(t.cpu() for t in step), None, state.to("meta"))

@@ -184,3 +184,19 @@ def test_validation_messages(flash):
         fa(meta, meta, meta)
     with pytest.raises(ValueError, match=r"scale must be a positive finite number or None, got inf"):
         flash.flash_attention_lse(x, x, x, scale=float("inf"))
+
+
+def test_the_autograd_function_checks_its_own_inputs(flash):
+    """FlashAttention.apply is public too: it refuses what flash_attention refuses,
+    and a scale of None means 1 / sqrt(d) there as well."""
+    x = torch.randn(1, 2, 5, 16, dtype=torch.float16)
+    apply = flash.FlashAttention.apply
+    with pytest.raises(TypeError, match=r"q must be a torch.Tensor, got list"):
+        apply([1], x, x, False, None, 16, 16)
+    with pytest.raises(ValueError, match=r"got q \(1, 3, 5, 16\), k \(1, 2, 5, 16\)"):
+        apply(torch.zeros(1, 3, 5, 16, dtype=torch.float16), x, x, False, None, 16, 16)
+    with pytest.raises(TypeError, match=r"causal must be a bool, got NoneType"):
+        apply(x, x, x, None, None, 16, 16)
+    out, lse = apply(x, x, x, False, None, 16, 16)
+    assert torch.equal(out, flash.flash_attention(x, x, x, block_m=16, block_n=16))
+    assert lse.shape == (1, 2, 5)

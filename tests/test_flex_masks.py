@@ -337,7 +337,7 @@ def test_bad_input_is_named():
         prefix_lm_mask_mod(1.5)
     with pytest.raises(ValueError, match=r"lengths must be a non-empty list"):
         document_ids_from_lengths([])
-    with pytest.raises(ValueError, match=r"each length must be an int >= 1, got 0"):
+    with pytest.raises(ValueError, match=r"lengths\[1\] must be an int >= 1, got 0"):
         document_ids_from_lengths([3, 0])
     with pytest.raises(ValueError, match=r"document_ids must be an integer tensor .* got \(4,\) torch.float32"):
         document_mask_mod(torch.zeros(4))
@@ -358,3 +358,21 @@ def test_bad_input_is_named():
         flex_attend(q[0, 0], k, v)
     with pytest.raises(ValueError, match=r"k and v must have shapes .* got k \(2, 2, 4, 8\) and v \(2, 2, 3, 8\)"):
         flex_attend(q, k, v[:, :, :3])
+    with pytest.raises(TypeError, match=r"q, k and v must share one dtype, got torch.float32, torch.float64 and torch.float32"):
+        flex_attend(q.float(), k.double(), v.float())
+    with pytest.raises(ValueError, match=r"q, k and v must be on one device, got cpu, cpu and meta"):
+        flex_attend(q.cpu(), k.cpu(), v.to("meta"))
+    with pytest.raises(TypeError, match=r"mask_mod must be a function or None, got 'causal'"):
+        flex_attend(q, k, v, mask_mod="causal")
+    with pytest.raises(TypeError, match=r"score_mod must be a function or None, got 3"):
+        flex_attend(q, k, v, score_mod=3)
+    with pytest.raises(TypeError, match=r"mask_mod must be a function, got None"):
+        dense_mask(None, 2, 2)
+    with pytest.raises(TypeError, match=r"causal must be a bool, got 'yes'"):
+        sliding_window_mask_mod(2, 4, 4, causal="yes")
+    with pytest.raises(TypeError, match=r"causal must be a bool, got None"):
+        document_mask_mod(torch.zeros(4, dtype=torch.long), causal=None)
+    with pytest.raises(TypeError, match=r"causal must be a bool, got 1"):
+        alibi_score_mod(torch.ones(2), 3, 3, causal=1)
+    with pytest.raises(TypeError, match=r"causal must be a bool, got 0"):
+        flash_attn_window_size(3, causal=0)

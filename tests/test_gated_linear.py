@@ -120,3 +120,23 @@ def test_bad_input_is_named():
         gla_chunked(q, k, v, g, chunk_size=0)
     with pytest.raises(ValueError, match="state must have shape"):
         gla_step(q[..., 0, :], k[..., 0, :], v[..., 0, :], g[..., 0, :], torch.zeros(1, dtype=q.dtype))
+
+
+def test_devices_scale_and_one_token_inputs_are_named():
+    q, k, v, g = _inputs(n=4)
+    with pytest.raises(ValueError, match=r"q, k, v and g must be on one device, got cpu, cpu, cpu, meta"):
+        gla_parallel(q.cpu(), k.cpu(), v.cpu(), g.to("meta"))
+    with pytest.raises(ValueError, match=r"scale must be a positive finite float or None, got -1.0"):
+        gla_recurrent(q, k, v, g, scale=-1.0)
+    step = [t[..., 0, :] for t in (q, k, v, g)]
+    with pytest.raises(TypeError, match=r"k must be a torch.Tensor, got list"):
+        gla_step(step[0], [1.0], step[2], step[3])
+    with pytest.raises(ValueError, match=r"g must have shape \(B, H, ...\) of one token, got \(\)"):
+        gla_step(*step[:3], g[0, 0, 0, 0])
+    state = torch.zeros(*step[1].shape, step[2].shape[-1], dtype=q.dtype)
+    with pytest.raises(TypeError, match=r"state must be a floating tensor or None, got torch.int64"):
+        gla_step(*step, state.long())
+    with pytest.raises(TypeError, match=r"state must be a floating tensor or None, got list"):
+        gla_step(*step, [0.0])
+    with pytest.raises(ValueError, match=r"state must be on the device of q cpu, got meta"):
+        gla_step(*(t.cpu() for t in step), state.to("meta"))

@@ -100,3 +100,31 @@ def test_bad_input_is_named():
         cache_bytes(HybridConfig("x", ("full",), 1, 1), 1.5)
     with pytest.raises(ValueError, match="batch must be a positive int"):
         cache_bytes(HybridConfig("x", ("full",), 1, 1), 1, batch=0)
+
+
+def test_configs_bytes_and_published_dicts_are_named():
+    config = HybridConfig("x", ("full",), 1, 1)
+    with pytest.raises(TypeError, match=r"full_layers must be a list of layer numbers, got int"):
+        pattern_from_full_layers(4, 3)
+    with pytest.raises(TypeError, match=r"name must be a str, got NoneType"):
+        HybridConfig(None, ("full",), 1, 1)
+    with pytest.raises(ValueError, match=r"layer_types must be a non-empty sequence of 'linear' and 'full', got 3"):
+        HybridConfig("x", 3, 1, 1)
+    with pytest.raises(TypeError, match=r"config must be a HybridConfig, got dict"):
+        cache_bytes({}, 1)
+    with pytest.raises(ValueError, match=r"kv_bytes must be a finite number of bytes >= 0, got -0.5"):
+        cache_bytes(config, 1, kv_bytes=-0.5)
+    with pytest.raises(ValueError, match=r"state_bytes must be a finite number of bytes >= 0, got '4'"):
+        cache_bytes(config, 1, state_bytes="4")
+    with pytest.raises(TypeError, match=r"hf must be a dict read from config.json, got str"):
+        qwen3_next_config("config.json")
+    with pytest.raises(ValueError, match=r"hf must hold num_hidden_layers, kv_lora_rank, qk_rope_head_dim; got no kv_lora_rank"):
+        kimi_linear_config({"num_hidden_layers": 4, "qk_rope_head_dim": 64})
+    with pytest.raises(ValueError, match=r"hf\['kv_lora_rank'\] must be a positive int, got -1"):
+        kimi_linear_config({"num_hidden_layers": 4, "kv_lora_rank": -1, "qk_rope_head_dim": 64})
+    with pytest.raises(TypeError, match=r"hf\['linear_attn_config'\] must be a dict, got NoneType"):
+        kimi_linear_config({"num_hidden_layers": 4, "kv_lora_rank": 512, "qk_rope_head_dim": 64})
+    with pytest.raises(ValueError, match=r"hf\['linear_attn_config'\]\['head_dim'\] must be a positive int, got '128'"):
+        kimi_linear_config({"num_hidden_layers": 4, "kv_lora_rank": 512, "qk_rope_head_dim": 64,
+                            "linear_attn_config": {"num_heads": 2, "head_dim": "128", "short_conv_kernel_size": 4,
+                                                   "full_attn_layers": [4]}})

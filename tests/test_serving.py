@@ -84,8 +84,33 @@ def test_pool_exhaustion_and_bad_shapes_are_named():
         cache.append(s, torch.zeros(1, 2, 3), torch.zeros(1, 2, 3))
     with pytest.raises(ValueError, match=r"page_size must be an int >= 1, got 0"):
         PagedKVCache(n_pages=2, page_size=0, n_kv_heads=1, d_head=4)
-    with pytest.raises(ValueError, match=r"q must have shape \(B, H, 1, d\) with B = len\(seqs\) = 1, got \(2, 1, 1, 4\)"):
+    with pytest.raises(ValueError, match=r"q must have shape \(B, H, 1, d\) with B = len\(seqs\) = 1, d = 4 and H a "
+                                         r"multiple of H_kv = 1, got \(2, 1, 1, 4\)"):
         paged_decode(torch.zeros(2, 1, 1, 4), cache, [s])
+
+
+def test_paged_cache_bad_input_is_named():
+    cache = PagedKVCache(n_pages=4, page_size=2, n_kv_heads=2, d_head=4)
+    s = cache.add_sequence()
+    x = torch.zeros(2, 3, 4)
+    with pytest.raises(TypeError, match=r"dtype must be a floating torch.dtype, got torch.int64"):
+        PagedKVCache(n_pages=2, page_size=2, n_kv_heads=1, d_head=4, dtype=torch.int64)
+    with pytest.raises(TypeError, match=r"v must have a floating dtype \(the pool stores torch.float32\), got torch.int64"):
+        cache.append(s, x, x.long())
+    with pytest.raises(ValueError, match=r"k must be on the pool's device cpu, got meta"):
+        cache.append(s, x.to("meta"), x)
+    cache.append(s, x, x)
+    q = torch.zeros(1, 4, 1, 4)
+    with pytest.raises(TypeError, match=r"cache must be a PagedKVCache, got dict"):
+        paged_decode(q, {}, [s])
+    with pytest.raises(ValueError, match=r"seqs must be a list of live sequence ids \[0\], got \[7\]"):
+        paged_decode(q, cache, [7])
+    with pytest.raises(ValueError, match=r"H a multiple of H_kv = 2, got \(1, 3, 1, 4\)"):
+        paged_decode(torch.zeros(1, 3, 1, 4), cache, [s])
+    with pytest.raises(TypeError, match=r"q must have the cache's dtype torch.float32, got torch.float64"):
+        paged_decode(q.double(), cache, [s])
+    with pytest.raises(ValueError, match=r"q must be on the cache's device cpu, got meta"):
+        paged_decode(q.to("meta"), cache, [s])
 
 
 # --- ragged batches ------------------------------------------------------------
@@ -115,8 +140,10 @@ def test_ragged_triangle_sits_at_each_sequences_real_tokens():
     assert left.int().tolist() == [[0, 0, 0, 0], [0, 0, 0, 0], [0, 0, 1, 0], [0, 0, 1, 1]]
     with pytest.raises(ValueError, match=r"padding must be 'left' or 'right', got 'middle'"):
         ragged_causal_mask([2], 4, padding="middle")
-    with pytest.raises(ValueError, match=r"each length must be <= n = 4, got 5"):
-        ragged_causal_mask([5], 4)
+    with pytest.raises(ValueError, match=r"lengths\[1\] must be <= n = 4, got 5"):
+        ragged_causal_mask([2, 5], 4)
+    with pytest.raises(ValueError, match=r"lengths\[0\] must be an int >= 0, got -1"):
+        ragged_causal_mask([-1], 4)
 
 
 # --- split-KV decoding ---------------------------------------------------------
@@ -144,6 +171,13 @@ def test_split_kv_bad_input():
         split_kv_attention(x, x, x, 4)
     with pytest.raises(ValueError, match=r"k must be a floating tensor of shape \(B, H, length, d\), got \(3, 4\)"):
         split_kv_attention(x, x[0, 0], x, 1)
+    with pytest.raises(ValueError, match=r"q, k and v must be \(B, H, N, d\), \(B, H, M, d\) and \(B, H, M, d_v\), "
+                                         r"got q \(1, 1, 3, 4\), k \(2, 1, 3, 4\) and v \(1, 1, 3, 4\)"):
+        split_kv_attention(x, torch.zeros(2, 1, 3, 4), x, 1)
+    with pytest.raises(TypeError, match=r"q, k and v must share one dtype, got torch.float32, torch.float64 and torch.float32"):
+        split_kv_attention(x, x.double(), x, 1)
+    with pytest.raises(ValueError, match=r"q, k and v must be on one device, got cpu, cpu and meta"):
+        split_kv_attention(x, x, x.to("meta"), 1)
 
 
 # --- speculative decoding ------------------------------------------------------
@@ -181,3 +215,7 @@ def test_speculative_bad_input():
         speculative_generate(target, draft, torch.zeros(2, 3, dtype=torch.long), 4)
     with pytest.raises(ValueError, match=r"n_draft must be an int >= 1, got 0"):
         speculative_generate(target, draft, torch.zeros(1, 3, dtype=torch.long), 4, n_draft=0)
+    with pytest.raises(TypeError, match=r"draft must be a model \(a function from ids to logits\), got None"):
+        speculative_generate(target, None, torch.zeros(1, 3, dtype=torch.long), 4)
+    with pytest.raises(ValueError, match=r"prompt must be a \(1, N0\) tensor of integer ids, got \(1, 3\) torch.bool"):
+        speculative_generate(target, draft, torch.zeros(1, 3, dtype=torch.bool), 4)

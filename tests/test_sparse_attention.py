@@ -190,3 +190,51 @@ def test_bad_input_is_named():
         compressed_attention(q.long(), k, v, 2)
     with pytest.raises(ValueError, match="context must be a positive int"):
         dense_decode_cost(0, **CONF)
+
+
+def test_dtypes_devices_masks_and_counts_are_named():
+    q, k, v = (t.cpu() for t in _qkv(n=8))
+    with pytest.raises(TypeError, match=r"q, k and v must share one dtype, got torch.float64, torch.float32 and torch.float64"):
+        compressed_attention(q, k.float(), v, 2)
+    with pytest.raises(ValueError, match=r"q, k and v must be on one device, got cpu, cpu and meta"):
+        compressed_attention(q, k, v.to("meta"), 2)
+    with pytest.raises(TypeError, match=r"mask must be a torch.bool tensor \(True = may attend\), got torch.float64"):
+        attend_masked(q, k, v, torch.ones(8, 8, dtype=q.dtype))
+    with pytest.raises(ValueError, match=r"mask must broadcast to \(B, H, N, M\) = \(2, 3, 8, 8\), got shape \(8,\)"):
+        attend_masked(q, k, v, torch.ones(8, dtype=torch.bool))
+    with pytest.raises(ValueError, match=r"mask must be on the device of q cpu, got meta"):
+        attend_masked(q, k, v, torch.ones(8, 8, dtype=torch.bool, device="meta"))
+    with pytest.raises(ValueError, match=r"n must be an int >= 0, got -1"):
+        causal_keys(-1, 4)
+    with pytest.raises(ValueError, match=r"m must be an int >= 0, got 2.5"):
+        window_keys(2, 2.5, 2)
+    with pytest.raises(TypeError, match=r"k_idx must be a torch.Tensor, got NoneType"):
+        lightning_indexer(torch.zeros(1, 2, 3, 4), None, torch.zeros(1, 2, 3))
+    with pytest.raises(ValueError, match=r"expected q_idx \(B, N, H_I, d_I\), k_idx \(B, M, d_I\), w \(B, N, H_I\); "
+                                         r"got \(1, 2, 3, 4\), \(2, 5, 4\), \(1, 2, 3\)"):
+        lightning_indexer(torch.zeros(1, 2, 3, 4), torch.zeros(2, 5, 4), torch.zeros(1, 2, 3))
+    with pytest.raises(TypeError, match=r"q_idx, k_idx and w must share one dtype, got torch.float32, torch.float32 and torch.float64"):
+        lightning_indexer(torch.zeros(1, 2, 3, 4), torch.zeros(1, 5, 4), torch.zeros(1, 2, 3, dtype=torch.float64))
+    with pytest.raises(ValueError, match=r"q_idx, k_idx and w must be on one device, got cpu, meta and cpu"):
+        lightning_indexer(torch.zeros(1, 2, 3, 4), torch.zeros(1, 5, 4, device="meta"), torch.zeros(1, 2, 3))
+    with pytest.raises(TypeError, match=r"index_scores must have a floating dtype, got torch.int64"):
+        topk_mask(torch.zeros(1, 8, 8, dtype=torch.long), 2)
+    with pytest.raises(ValueError, match=r"index_scores must have shape at least 2 dimensions, got \(8,\)"):
+        topk_mask(torch.zeros(8), 2)
+    with pytest.raises(TypeError, match=r"causal must be a bool, got None"):
+        topk_mask(torch.zeros(1, 8, 8), 2, causal=None)
+    with pytest.raises(ValueError, match=r"index_scores must be on the device of q cpu, got meta"):
+        topk_sparse_attention(q, k, v, torch.zeros(2, 8, 8, device="meta"), 2)
+    with pytest.raises(ValueError, match=r"gates must be on the device of q cpu, got meta"):
+        nsa_attention(q, k, v, torch.zeros(2, 3, 8, 3, device="meta"))
+    with pytest.raises(ValueError, match=r"n must be an int >= 0, got True"):
+        selection_mask(torch.zeros(2, 3, 1, 2), True, 8, 4, 1)
+    with pytest.raises(ValueError, match=r"block_weights must have shape \(B, H, n, m // block\) = \(B, H, 8, 2\), "
+                                         r"got \(2, 3, 8, 3\)"):
+        selection_mask(torch.zeros(2, 3, 8, 3), 8, 8, 4, 1)
+    with pytest.raises(TypeError, match=r"block_weights must have a floating dtype, got torch.int64"):
+        selection_mask(torch.zeros(2, 3, 8, 2, dtype=torch.long), 8, 8, 4, 1)
+    with pytest.raises(ValueError, match=r"index_dim must be a positive int, got 0"):
+        dsa_decode_cost(4096, **CONF, index_dim=0)
+    with pytest.raises(ValueError, match=r"n_heads must be a positive int, got '8'"):
+        nsa_decode_cost(4096, **{**CONF, "n_heads": "8"})

@@ -105,3 +105,24 @@ def test_bad_input_is_named():
         ssd_attention(x, dt, a, b.long(), c)
     with pytest.raises(ValueError, match="chunk_size must be a positive int, got -2"):
         ssd_chunked(x, dt, a, b, c, chunk_size=-2)
+
+
+def test_dtypes_devices_and_the_mask_inputs_are_named():
+    x, dt, a, b, c = _inputs(n=4)
+    with pytest.raises(TypeError, match=r"x, dt, A, b and c must share one dtype, got \['torch.float64', 'torch.float64', "
+                                        r"'torch.float32', 'torch.float64', 'torch.float64'\]"):
+        ssd_attention(x.double(), dt.double(), a.float(), b.double(), c.double())
+    with pytest.raises(ValueError, match=r"x, dt, A, b and c must be on one device, got \['cpu', 'cpu', 'cpu', 'cpu', 'meta'\]"):
+        ssd_recurrent(x.cpu(), dt.cpu(), a.cpu(), b.cpu(), c.to("meta"))
+    with pytest.raises(TypeError, match=r"dt must be a torch.Tensor, got list"):
+        ssd_mask([0.1], a)
+    with pytest.raises(TypeError, match=r"A must have a floating dtype, got torch.int64"):
+        ssd_mask(dt, a.long())
+    with pytest.raises(ValueError, match=r"dt must have shape \(B, H, N\), got \(4,\)"):
+        ssd_mask(dt[0, 0], a)
+    with pytest.raises(ValueError, match=r"A must have shape \(H,\) = \(3,\) with H from dt, got \(2,\)"):
+        ssd_mask(dt, torch.zeros(2, dtype=dt.dtype))
+    with pytest.raises(TypeError, match=r"dt and A must share one dtype, got torch.float64 and torch.float32"):
+        ssd_mask(dt.double(), a.float())
+    with pytest.raises(ValueError, match=r"dt and A must be on one device, got cpu and meta"):
+        ssd_mask(dt.cpu(), a.to("meta"))

@@ -81,6 +81,11 @@ def _chunks_of(rank: int, world_size: int, layout: str) -> list[int]:
 def shard_positions(n_local: int, rank: int, world_size: int, layout: str = "contiguous") -> torch.Tensor:
     """Global positions of the ``n_local`` tokens that ``rank`` holds, ``(n_local,)``."""
     _check_layout(layout)
+    _check_rank(rank, world_size)
+    per_rank = 1 if layout == "contiguous" else 2
+    if isinstance(n_local, bool) or not isinstance(n_local, int) or n_local < 0 or n_local % per_rank:
+        raise ValueError(f"n_local must be an int >= 0 and a multiple of {per_rank} for layout {layout!r}, "
+                         f"got {n_local!r}")
     chunks = _chunks_of(rank, world_size, layout)
     size = n_local // len(chunks)
     return torch.cat([torch.arange(c * size, (c + 1) * size) for c in chunks])
@@ -89,6 +94,8 @@ def shard_positions(n_local: int, rank: int, world_size: int, layout: str = "con
 def shard_sequence(x: torch.Tensor, rank: int, world_size: int, layout: str = "contiguous", dim: int = -2) -> torch.Tensor:
     """The part of a whole sequence ``x`` that ``rank`` holds under ``layout``."""
     _check_layout(layout)
+    _check_rank(rank, world_size)
+    _check_dim(x, dim)
     n_chunks = world_size * (1 if layout == "contiguous" else 2)
     _check_divisible(x.shape[dim], n_chunks, layout, world_size)
     pieces = x.chunk(n_chunks, dim=dim)
@@ -98,6 +105,7 @@ def shard_sequence(x: torch.Tensor, rank: int, world_size: int, layout: str = "c
 def unshard_sequence(shards: list[torch.Tensor], layout: str = "contiguous", dim: int = -2) -> torch.Tensor:
     """Inverse of ``shard_sequence``: the shards of ranks 0..P-1 back in order."""
     _check_layout(layout)
+    _check_shard_list(shards, layout, dim)
     world_size = len(shards)
     if layout == "contiguous":
         return torch.cat(shards, dim=dim)
@@ -114,6 +122,7 @@ def pad_to_multiple(x: torch.Tensor, multiple: int, dim: int = -2) -> tuple[torc
     Returns the padded tensor and a boolean ``(padded_length,)`` mask that is
     True on real positions, to be used as (part of) ``key_padding_mask``.
     """
+    _check_dim(x, dim)
     if isinstance(multiple, bool) or not isinstance(multiple, int) or multiple < 1:
         raise ValueError(f"multiple must be a positive int, got {multiple!r}")
     length = x.shape[dim]
@@ -132,12 +141,62 @@ def _check_layout(layout: str) -> None:
         raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
 
 
-def _check_divisible(length: int, n_chunks: int, layout: str, world_size: int) -> None:
+def _check_divisible(length: int, n_chunks: int, layout: str, world_size: int, what: str = "x along dim") -> None:
     if length % n_chunks:
         raise ValueError(
-            f"sequence length {length} must be a multiple of {n_chunks} for layout "
-            f"{layout!r} on world_size {world_size}; pad it with pad_to_multiple first"
+            f"the sequence length of {what} must be a multiple of {n_chunks} for layout "
+            f"{layout!r} on world_size {world_size} (pad it with pad_to_multiple first), got {length}"
         )
+
+
+def _check_rank(rank: object, world_size: object) -> None:
+    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
+        raise ValueError(f"world_size must be a positive int, got {world_size!r}")
+    if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < world_size:
+        raise ValueError(f"rank must be an int in [0, world_size={world_size}), got {rank!r}")
+
+
+def _check_dim(x: object, dim: object) -> None:
+    """Raise unless ``x`` is a tensor and ``dim`` one of its dimensions."""
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
+    if isinstance(dim, bool) or not isinstance(dim, int) or not -x.dim() <= dim < x.dim():
+        raise ValueError(f"dim must be an int in [-{x.dim()}, {x.dim()}) for x of shape {tuple(x.shape)}, got {dim!r}")
+
+
+def _check_shard_list(shards: object, layout: str, dim: object) -> None:
+    """Raise unless ``shards`` are P tensors of one shape that ``unshard_sequence`` can put back."""
+    if not isinstance(shards, (list, tuple)) or not shards or not all(isinstance(t, torch.Tensor) for t in shards) \
+            or len({tuple(t.shape) for t in shards}) != 1:
+        got = [tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__ for t in shards] \
+            if isinstance(shards, (list, tuple)) else type(shards).__name__
+        raise ValueError(f"shards must be a non-empty list of tensors of one shape, one per rank, got {got}")
+    _check_dim(shards[0], dim)
+    if layout == "zigzag" and shards[0].shape[dim] % 2:
+        raise ValueError(f"a zigzag shard holds two equal chunks, so shards must have an even length along dim, "
+                         f"got {shards[0].shape[dim]}")
+
+
+def _check_merge(m, l, o, scores, v) -> None:
+    """Raise unless the running (m, l, o), a block of scores and its values fit together."""
+    named = (("m", m), ("l", l), ("o", o), ("scores", scores), ("v", v))
+    for name, t in named:
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if not t.is_floating_point() or t.dim() < 2:
+            raise ValueError(f"{name} must be a floating tensor of at least 2 dimensions, "
+                             f"got dtype {t.dtype} and shape {tuple(t.shape)}")
+    if len({t.dtype for _, t in named}) != 1:
+        raise TypeError(f"m, l, o, scores and v must share one dtype, got {[str(t.dtype) for _, t in named]}")
+    if len({t.device for _, t in named}) != 1:
+        raise ValueError(f"m, l, o, scores and v must be on one device, got {[str(t.device) for _, t in named]}")
+    *lead, n, b = scores.shape
+    d = o.shape[-1]
+    for name, t, want in (("m", m, (*lead, n, 1)), ("l", l, (*lead, n, 1)), ("o", o, (*lead, n, d)),
+                          ("v", v, (*lead, b, d))):
+        if tuple(t.shape) != want:
+            raise ValueError(f"{name} must have shape {want} to fit scores {tuple(scores.shape)} and o "
+                             f"{tuple(o.shape)}, got {tuple(t.shape)}")
 
 
 def _world(group) -> tuple[int, int]:
@@ -147,7 +206,7 @@ def _world(group) -> tuple[int, int]:
     return dist.get_rank(group), dist.get_world_size(group)
 
 
-def _check_shards(q, k, v, key_padding_mask, layout, world_size) -> None:
+def _check_shards(q, k, v, key_padding_mask, layout, world_size, is_causal=False, scale=None) -> None:
     _check_layout(layout)
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):
@@ -162,15 +221,27 @@ def _check_shards(q, k, v, key_padding_mask, layout, world_size) -> None:
             "q, k and v must be self-attention shards with the same (B, H, n) and q, k "
             f"the same d, got q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
         )
+    if k.dtype != q.dtype or v.dtype != q.dtype:
+        raise TypeError(f"q, k and v must share one dtype, got {q.dtype}, {k.dtype} and {v.dtype}")
+    if k.device != q.device or v.device != q.device:
+        raise ValueError(f"q, k and v must be on one device, got {q.device}, {k.device} and {v.device}")
     if layout == "zigzag" and q.shape[2] % 2:
         raise ValueError(f"a zigzag shard holds two equal chunks, so n must be even, got n = {q.shape[2]}")
-    if key_padding_mask is not None and (
-        key_padding_mask.dtype != torch.bool or tuple(key_padding_mask.shape) != (q.shape[0], q.shape[2])
-    ):
-        raise ValueError(
-            f"key_padding_mask must be a bool (B, n) = {(q.shape[0], q.shape[2])} shard, got "
-            f"dtype {key_padding_mask.dtype} and shape {tuple(key_padding_mask.shape)}"
-        )
+    if key_padding_mask is not None:
+        if not isinstance(key_padding_mask, torch.Tensor):
+            raise TypeError(f"key_padding_mask must be a torch.Tensor or None, got {type(key_padding_mask).__name__}")
+        if key_padding_mask.dtype != torch.bool or tuple(key_padding_mask.shape) != (q.shape[0], q.shape[2]):
+            raise ValueError(
+                f"key_padding_mask must be a bool (B, n) = {(q.shape[0], q.shape[2])} shard, got "
+                f"dtype {key_padding_mask.dtype} and shape {tuple(key_padding_mask.shape)}"
+            )
+        if key_padding_mask.device != q.device:
+            raise ValueError(f"key_padding_mask must be on the device of q {q.device}, got {key_padding_mask.device}")
+    if not isinstance(is_causal, bool):
+        raise TypeError(f"is_causal must be a bool, got {is_causal!r}")
+    if scale is not None and (isinstance(scale, bool) or not isinstance(scale, (int, float))
+                              or not (math.isfinite(scale) and scale > 0)):
+        raise ValueError(f"scale must be a positive finite float or None, got {scale!r}")
 # --8<-- [end:validate]
 
 
@@ -182,6 +253,7 @@ def merge_block(m, l, o, scores, v):
     ``(..., b, d)``; ``m`` and ``l`` are ``(..., n, 1)``, ``o`` is ``(..., n, d)``
     and unnormalised. The final output is ``o / l``.
     """
+    _check_merge(m, l, o, scores, v)
     m_new = torch.maximum(m, scores.amax(dim=-1, keepdim=True))  # (..., n, 1)
     m_safe = torch.where(torch.isneginf(m_new), 0.0, m_new)  # no -inf - -inf = NaN
     alpha = torch.exp(m - m_safe)  # re-measure what we have against the new max
@@ -385,7 +457,7 @@ def ring_attention(
         This rank's shard of the output, ``(B, H, n, d)``.
     """
     rank, world_size = _world(group)
-    _check_shards(q, k, v, key_padding_mask, layout, world_size)
+    _check_shards(q, k, v, key_padding_mask, layout, world_size, is_causal, scale)
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     return _RingAttention.apply(
         q, k, v, key_padding_mask, is_causal, scale, layout, group, [] if work is None else work
@@ -411,6 +483,8 @@ def simulate_ring_attention(
     """
     if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
         raise ValueError(f"world_size must be a positive int, got {world_size!r}")
+    _check_shards(q, k, v, key_padding_mask, layout, world_size, is_causal)
+    _check_divisible(q.shape[2], world_size * (1 if layout == "contiguous" else 2), layout, world_size, "q, k and v")
     shard = lambda x, r: shard_sequence(x, r, world_size, layout, dim=2)  # noqa: E731
     mask_shard = lambda r: None if key_padding_mask is None else shard_sequence(key_padding_mask, r, world_size, layout, dim=1)  # noqa: E731
     scale = 1.0 / math.sqrt(q.shape[-1])
@@ -429,6 +503,11 @@ def simulate_ring_attention(
 
 def causal_work_per_rank(n: int, world_size: int, layout: str) -> list[int]:
     """Score entries each rank computes under a causal mask (tiles fully hidden are skipped)."""
+    _check_layout(layout)
+    _check_rank(0, world_size)
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"n must be a positive int, got {n!r}")
+    _check_divisible(n, world_size * (1 if layout == "contiguous" else 2), layout, world_size, "n")
     x = torch.zeros(1, 1, n, 1)
     return simulate_ring_attention(x, x, x, world_size, is_causal=True, layout=layout)[1]
 
@@ -529,7 +608,7 @@ def ulysses_attention(
     each rank holds ``(B, H/P, N, d)``. ``H`` must be a multiple of ``P``.
     """
     rank, world_size = _world(group)
-    _check_shards(q, k, v, key_padding_mask, "contiguous", world_size)
+    _check_shards(q, k, v, key_padding_mask, "contiguous", world_size, is_causal, scale)
     n_heads = q.shape[1]
     if n_heads % world_size:
         raise ValueError(
@@ -569,7 +648,7 @@ def allgather_kv_attention(
     back onto the rank that owns it.
     """
     rank, world_size = _world(group)
-    _check_shards(q, k, v, key_padding_mask, layout, world_size)
+    _check_shards(q, k, v, key_padding_mask, layout, world_size, is_causal, scale)
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     mask = key_padding_mask
     if world_size > 1:

@@ -198,7 +198,8 @@ def _attn_bwd_dq(
 # --8<-- [end:backward]
 
 
-def _check_inputs(q, k, v, causal, scale, block_m, block_n) -> None:
+def _check_inputs(q, k, v, causal, scale, block_m, block_n) -> float:
+    """Raise a clear error unless the arguments suit the kernels; return the scale to use."""
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
@@ -235,6 +236,7 @@ def _check_inputs(q, k, v, causal, scale, block_m, block_n) -> None:
     for name, b in (("block_m", block_m), ("block_n", block_n)):
         if b is not None and (isinstance(b, bool) or not isinstance(b, int) or b < 16 or b & (b - 1)):
             raise ValueError(f"{name} must be a power of two >= 16 or None, got {b!r}")
+    return 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
 
 
 def _blocks(d: int, block_m: int | None, block_n: int | None) -> tuple[int, int, int, int]:
@@ -251,6 +253,7 @@ class FlashAttention(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, causal, scale, block_m, block_n):
+        scale = _check_inputs(q, k, v, causal, scale, block_m, block_n)  # None: 1 / sqrt(d)
         B, H, N, d = q.shape
         M = k.shape[2]
         q, k, v = (t.contiguous().view(B * H, -1, d) for t in (q, k, v))  # (B, H, len, d) -> (BH, len, d)
@@ -310,8 +313,7 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal
     Returns:
         ``(B, H, N, d)``, in the dtype of ``q``; differentiable in q, k and v.
     """
-    _check_inputs(q, k, v, causal, scale, block_m, block_n)
-    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    scale = _check_inputs(q, k, v, causal, scale, block_m, block_n)  # None: 1 / sqrt(d)
     out, _ = FlashAttention.apply(q, k, v, causal, scale, block_m, block_n)
     return out
 # --8<-- [end:function]
@@ -328,6 +330,5 @@ def flash_attention_lse(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, ca
         over the allowed keys, ``(B, H, N)`` in float32 (``-inf`` for a row
         with no allowed key).
     """
-    _check_inputs(q, k, v, causal, scale, block_m, block_n)
-    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    scale = _check_inputs(q, k, v, causal, scale, block_m, block_n)  # None: 1 / sqrt(d)
     return FlashAttention.apply(q, k, v, causal, scale, block_m, block_n)

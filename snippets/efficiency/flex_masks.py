@@ -74,6 +74,38 @@ def _check_count(name: str, value: object, minimum: int = 0) -> None:
         raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
 
 
+def _check_flag(name: str, value: object) -> None:
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be a bool, got {value!r}")
+
+
+def _check_mod(name: str, mod: object, *, optional: bool = False) -> None:
+    if not callable(mod) and not (optional and mod is None):
+        raise TypeError(f"{name} must be a function{' or None' if optional else ''}, got {mod!r}")
+
+
+def _check_flex_inputs(q, k, v, mask_mod, score_mod, block_size) -> None:
+    """Raise a clear error unless q, k, v, the mods and the tile size suit ``flex_attend``."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor) or t.dim() != 4 or not t.is_floating_point():
+            got = f"{tuple(t.shape)} {t.dtype}" if isinstance(t, torch.Tensor) else type(t).__name__
+            raise ValueError(f"{name} must be a floating tensor of shape (B, H, length, width), got {got}")
+    B, H, N, d = q.shape
+    H_kv = k.shape[1]
+    if k.shape[0] != B or v.shape[:3] != k.shape[:3] or k.shape[-1] != d or H % H_kv:
+        raise ValueError(
+            f"k and v must have shapes (B, H_kv, M, d) and (B, H_kv, M, d_v) with B = {B}, d = {d} "
+            f"and H_kv dividing H = {H}, got k {tuple(k.shape)} and v {tuple(v.shape)}"
+        )
+    if k.dtype != q.dtype or v.dtype != q.dtype:
+        raise TypeError(f"q, k and v must share one dtype, got {q.dtype}, {k.dtype} and {v.dtype}")
+    if k.device != q.device or v.device != q.device:
+        raise ValueError(f"q, k and v must be on one device, got {q.device}, {k.device} and {v.device}")
+    _check_mod("mask_mod", mask_mod, optional=True)
+    _check_mod("score_mod", score_mod, optional=True)
+    _check_count("block_size", block_size, 1)
+
+
 # --8<-- [start:masks]
 def causal_mask_mod(n_queries: int, n_keys: int) -> MaskMod:
     """Causal, aligned to the lower right: query ``i`` sees key ``j <= i + M - N``.
@@ -99,6 +131,7 @@ def sliding_window_mask_mod(window: int, n_queries: int, n_keys: int, *, causal:
     _check_count("window", window, 1)
     _check_count("n_queries", n_queries)
     _check_count("n_keys", n_keys)
+    _check_flag("causal", causal)
     offset = n_keys - n_queries
 
     def sliding_window(b, h, q_idx, kv_idx):
@@ -130,8 +163,8 @@ def document_ids_from_lengths(lengths: list[int], *, device: torch.device | str 
     """Documents packed end to end: ``[2, 3]`` -> ``tensor([0, 0, 1, 1, 1])``."""
     if not isinstance(lengths, (list, tuple)) or not lengths:
         raise ValueError(f"lengths must be a non-empty list of ints >= 1, got {lengths!r}")
-    for n in lengths:
-        _check_count("each length", n, 1)
+    for i, n in enumerate(lengths):
+        _check_count(f"lengths[{i}]", n, 1)
     counts = torch.tensor(lengths, device=device)
     return torch.repeat_interleave(torch.arange(len(lengths), device=device), counts)  # (N,)
 
@@ -148,6 +181,7 @@ def document_mask_mod(document_ids: torch.Tensor, *, causal: bool = True) -> Mas
         got = (f"{tuple(document_ids.shape)} {document_ids.dtype}" if isinstance(document_ids, torch.Tensor)
                else type(document_ids).__name__)
         raise ValueError(f"document_ids must be an integer tensor of shape (N,) or (B, N), got {got}")
+    _check_flag("causal", causal)
     ids = document_ids if document_ids.dim() == 2 else document_ids.unsqueeze(0)  # (B or 1, N)
     per_batch = document_ids.dim() == 2
 
@@ -174,6 +208,7 @@ def alibi_score_mod(slopes: torch.Tensor, n_queries: int, n_keys: int, *, causal
         raise ValueError(f"slopes must be a 1-D floating tensor of shape (H,), got {got}")
     _check_count("n_queries", n_queries)
     _check_count("n_keys", n_keys)
+    _check_flag("causal", causal)
     offset = n_keys - n_queries
 
     def alibi(score, b, h, q_idx, kv_idx):
@@ -205,6 +240,7 @@ def dense_mask(mask_mod: MaskMod, n_queries: int, n_keys: int, *, batch: int = 1
     Returns:
         ``(batch, heads, N, M)``, True = may attend.
     """
+    _check_mod("mask_mod", mask_mod)
     for name, value in (("n_queries", n_queries), ("n_keys", n_keys)):
         _check_count(name, value)
     for name, value in (("batch", batch), ("heads", heads)):
@@ -293,18 +329,9 @@ def flex_attend(
     Returns:
         ``(B, H, N, d_v)``. A query that may attend to no key returns zeros.
     """
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(t, torch.Tensor) or t.dim() != 4 or not t.is_floating_point():
-            got = f"{tuple(t.shape)} {t.dtype}" if isinstance(t, torch.Tensor) else type(t).__name__
-            raise ValueError(f"{name} must be a floating tensor of shape (B, H, length, width), got {got}")
+    _check_flex_inputs(q, k, v, mask_mod, score_mod, block_size)
     B, H, N, d = q.shape
     H_kv, M = k.shape[1], k.shape[2]
-    if k.shape[0] != B or v.shape[:3] != k.shape[:3] or k.shape[-1] != d or H % H_kv:
-        raise ValueError(
-            f"k and v must have shapes (B, H_kv, M, d) and (B, H_kv, M, d_v) with B = {B}, d = {d} "
-            f"and H_kv dividing H = {H}, got k {tuple(k.shape)} and v {tuple(v.shape)}"
-        )
-    _check_count("block_size", block_size, 1)
     block_mask = None
     if mask_mod is not None:
         block_mask = create_block_mask(mask_mod, B, H, N, M, device=q.device, BLOCK_SIZE=block_size)
@@ -322,6 +349,7 @@ def flash_attn_window_size(window: int, *, causal: bool = True) -> tuple[int, in
     the bidirectional one reaches ``w - 1`` keys each way.
     """
     _check_count("window", window, 1)
+    _check_flag("causal", causal)
     return (window - 1, 0) if causal else (window - 1, window - 1)
 # --8<-- [end:conventions]
 

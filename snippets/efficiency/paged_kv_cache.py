@@ -39,6 +39,81 @@ def _check_count(name: str, value: object, minimum: int = 0) -> None:
         raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
 
 
+def _check_float_dtype(dtype: object) -> None:
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise TypeError(f"dtype must be a floating torch.dtype, got {dtype!r}")
+
+
+def _check_page_kv(k: object, v: object, pool: torch.Tensor) -> None:
+    """Raise unless k and v are floating (H_kv, n, d) tensors that fit the pool of pages."""
+    want = (pool.shape[1], pool.shape[3])
+    if not isinstance(k, torch.Tensor) or k.dim() != 3 or (k.shape[0], k.shape[2]) != want \
+            or not isinstance(v, torch.Tensor) or v.shape != k.shape:
+        got = [tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__ for t in (k, v)]
+        raise ValueError(f"k and v must both have shape (H_kv, n, d) = ({want[0]}, n, {want[1]}), got {got}")
+    for name, t in (("k", k), ("v", v)):
+        if not t.is_floating_point():
+            raise TypeError(f"{name} must have a floating dtype (the pool stores {pool.dtype}), got {t.dtype}")
+        if t.device != pool.device:
+            raise ValueError(f"{name} must be on the pool's device {pool.device}, got {t.device}")
+
+
+def _check_paged_decode(q: object, cache: object, seqs: object) -> None:
+    """Raise unless ``seqs`` are live sequences of ``cache`` and q holds one query per sequence."""
+    if not isinstance(cache, PagedKVCache):
+        raise TypeError(f"cache must be a PagedKVCache, got {type(cache).__name__}")
+    if not isinstance(seqs, (list, tuple)) or not all(
+        isinstance(s, int) and not isinstance(s, bool) and s in cache.tables for s in seqs
+    ):
+        raise ValueError(f"seqs must be a list of live sequence ids {sorted(cache.tables)}, got {seqs!r}")
+    pool = cache.k_pages
+    h_kv, d = pool.shape[1], pool.shape[3]
+    if not isinstance(q, torch.Tensor) or q.dim() != 4 or q.shape[0] != len(seqs) or q.shape[2] != 1 \
+            or q.shape[1] % h_kv or q.shape[3] != d:
+        got = tuple(q.shape) if isinstance(q, torch.Tensor) else type(q).__name__
+        raise ValueError(
+            f"q must have shape (B, H, 1, d) with B = len(seqs) = {len(seqs)}, d = {d} and H a "
+            f"multiple of H_kv = {h_kv}, got {got}"
+        )
+    if q.dtype != pool.dtype:
+        raise TypeError(f"q must have the cache's dtype {pool.dtype}, got {q.dtype}")
+    if q.device != pool.device:
+        raise ValueError(f"q must be on the cache's device {pool.device}, got {q.device}")
+
+
+def _check_split_kv(q: object, k: object, v: object, n_splits: object) -> None:
+    """Raise unless q (B, H, N, d), k (B, H, M, d), v (B, H, M, d_v) and n_splits fit together."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor) or t.dim() != 4 or not t.is_floating_point():
+            got = f"{tuple(t.shape)} {t.dtype}" if isinstance(t, torch.Tensor) else type(t).__name__
+            raise ValueError(f"{name} must be a floating tensor of shape (B, H, length, d), got {got}")
+    if k.shape[:2] != q.shape[:2] or k.shape[-1] != q.shape[-1] or v.shape[:3] != k.shape[:3]:
+        raise ValueError(
+            f"q, k and v must be (B, H, N, d), (B, H, M, d) and (B, H, M, d_v), "
+            f"got q {tuple(q.shape)}, k {tuple(k.shape)} and v {tuple(v.shape)}"
+        )
+    if k.dtype != q.dtype or v.dtype != q.dtype:
+        raise TypeError(f"q, k and v must share one dtype, got {q.dtype}, {k.dtype} and {v.dtype}")
+    if k.device != q.device or v.device != q.device:
+        raise ValueError(f"q, k and v must be on one device, got {q.device}, {k.device} and {v.device}")
+    _check_count("n_splits", n_splits, 1)
+    if n_splits > k.shape[-2]:
+        raise ValueError(f"n_splits must be <= M = {k.shape[-2]} so that no chunk is empty, got {n_splits}")
+
+
+def _check_speculative(target: object, draft: object, prompt: object, n_new: object, n_draft: object) -> None:
+    """Raise unless two models, a (1, N0) prompt of ids and the two counts suit ``speculative_generate``."""
+    for name, model in (("target", target), ("draft", draft)):
+        if not callable(model):
+            raise TypeError(f"{name} must be a model (a function from ids to logits), got {model!r}")
+    if not isinstance(prompt, torch.Tensor) or prompt.dim() != 2 or prompt.shape[0] != 1 \
+            or prompt.dtype not in (torch.int64, torch.int32):
+        got = f"{tuple(prompt.shape)} {prompt.dtype}" if isinstance(prompt, torch.Tensor) else type(prompt).__name__
+        raise ValueError(f"prompt must be a (1, N0) tensor of integer ids, got {got}")
+    _check_count("n_new", n_new)
+    _check_count("n_draft", n_draft, 1)
+
+
 # --8<-- [start:paged]
 class PagedKVCache:
     """Keys and values in fixed-size pages drawn from one pool, as PagedAttention keeps them.
@@ -65,6 +140,7 @@ class PagedKVCache:
         for name, value in (("n_pages", n_pages), ("page_size", page_size),
                             ("n_kv_heads", n_kv_heads), ("d_head", d_head)):
             _check_count(name, value, 1)
+        _check_float_dtype(dtype)
         shape = (n_pages, n_kv_heads, page_size, d_head)
         self.k_pages = torch.zeros(shape, dtype=dtype, device=device)
         self.v_pages = torch.zeros(shape, dtype=dtype, device=device)
@@ -88,11 +164,7 @@ class PagedKVCache:
     def append(self, seq: int, k: torch.Tensor, v: torch.Tensor) -> None:
         """Write ``n`` new tokens' keys and values, ``(H_kv, n, d)`` each, after the sequence's last."""
         self._check_seq(seq)
-        want = (self.k_pages.shape[1], self.k_pages.shape[3])
-        if not isinstance(k, torch.Tensor) or k.dim() != 3 or (k.shape[0], k.shape[2]) != want \
-                or not isinstance(v, torch.Tensor) or v.shape != k.shape:
-            got = [tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__ for t in (k, v)]
-            raise ValueError(f"k and v must both have shape (H_kv, n, d) = ({want[0]}, n, {want[1]}), got {got}")
+        _check_page_kv(k, v, self.k_pages)
         table, start, n = self.tables[seq], self.lengths[seq], k.shape[1]
         pages_needed = math.ceil((start + n) / self.page_size) - len(table)
         if pages_needed > len(self.free_pages):
@@ -141,9 +213,7 @@ def paged_decode(q: torch.Tensor, cache: PagedKVCache, seqs: list[int]) -> torch
     Returns:
         ``(B, H, 1, d)``: each query attends to all of its own sequence's keys.
     """
-    if not isinstance(q, torch.Tensor) or q.dim() != 4 or q.shape[2] != 1 or q.shape[0] != len(seqs):
-        got = tuple(q.shape) if isinstance(q, torch.Tensor) else type(q).__name__
-        raise ValueError(f"q must have shape (B, H, 1, d) with B = len(seqs) = {len(seqs)}, got {got}")
+    _check_paged_decode(q, cache, seqs)
     out = []
     for b, seq in enumerate(seqs):
         k, v = cache.gather(seq)  # (H_kv, L_b, d): a real kernel reads the pages in place
@@ -171,10 +241,10 @@ def ragged_causal_mask(lengths: list[int], n: int, *, padding: str = "right",
     _check_count("n", n)
     if not isinstance(lengths, (list, tuple)) or not lengths:
         raise ValueError(f"lengths must be a non-empty list of ints, got {lengths!r}")
-    for length in lengths:
-        _check_count("each length", length)
+    for i, length in enumerate(lengths):
+        _check_count(f"lengths[{i}]", length)
         if length > n:
-            raise ValueError(f"each length must be <= n = {n}, got {length}")
+            raise ValueError(f"lengths[{i}] must be <= n = {n}, got {length}")
     lengths_t = torch.tensor(lengths, device=device).view(-1, 1)  # (B, 1)
     pos = torch.arange(n, device=device)  # (n,)
     real = pos < lengths_t if padding == "right" else pos >= n - lengths_t  # (B, n)
@@ -201,14 +271,8 @@ def split_kv_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, n_spli
     Returns:
         ``(B, H, N, d)``, equal to full attention.
     """
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(t, torch.Tensor) or t.dim() != 4 or not t.is_floating_point():
-            got = f"{tuple(t.shape)} {t.dtype}" if isinstance(t, torch.Tensor) else type(t).__name__
-            raise ValueError(f"{name} must be a floating tensor of shape (B, H, length, d), got {got}")
-    _check_count("n_splits", n_splits, 1)
+    _check_split_kv(q, k, v, n_splits)
     M = k.shape[-2]
-    if n_splits > M:
-        raise ValueError(f"n_splits must be <= M = {M} so that no chunk is empty, got {n_splits}")
     scale = 1.0 / math.sqrt(q.shape[-1])
     size = math.ceil(M / n_splits)
     outs, lses = [], []
@@ -252,12 +316,7 @@ def speculative_generate(
         ``(tokens, stats)``: ``(1, N0 + n_new)`` ids, and counts ``proposed``,
         ``accepted`` and ``target_calls``.
     """
-    if not isinstance(prompt, torch.Tensor) or prompt.dim() != 2 or prompt.shape[0] != 1 \
-            or prompt.is_floating_point():
-        got = f"{tuple(prompt.shape)} {prompt.dtype}" if isinstance(prompt, torch.Tensor) else type(prompt).__name__
-        raise ValueError(f"prompt must be a (1, N0) tensor of integer ids, got {got}")
-    _check_count("n_new", n_new)
-    _check_count("n_draft", n_draft, 1)
+    _check_speculative(target, draft, prompt, n_new, n_draft)
     tokens, goal = prompt, prompt.shape[1] + n_new
     stats = {"proposed": 0, "accepted": 0, "target_calls": 0}
     while tokens.shape[1] < goal:

@@ -35,6 +35,106 @@ from torch import nn
 __all__ = ["StaticKVCache", "static_forward", "generate_static"]
 
 
+def _check_float_dtype(dtype: object) -> None:
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise TypeError(f"dtype must be a floating torch.dtype, got {dtype!r}")
+
+
+def _check_ids(
+    name: str, ids: object, vocab_size: int | None = None, device: torch.device | None = None
+) -> tuple[int, int]:
+    """Raise unless ``ids`` is a (B, N) integer tensor of ids in [0, vocab_size); return (B, N)."""
+    if not isinstance(ids, torch.Tensor) or ids.dtype not in (torch.int64, torch.int32):
+        got = ids.dtype if isinstance(ids, torch.Tensor) else type(ids).__name__
+        raise TypeError(f"{name} must be an int64 or int32 tensor of token ids, got {got}")
+    if ids.dim() != 2:
+        raise ValueError(f"{name} must have shape (B, N), got {tuple(ids.shape)}")
+    if device is not None and ids.device != device:
+        raise ValueError(f"{name} must be on the model's device {device}, got {ids.device}")
+    if vocab_size is not None and bool(((ids < 0) | (ids >= vocab_size)).any()):  # one sync
+        raise ValueError(
+            f"{name} must lie in [0, vocab_size={vocab_size}), "
+            f"got ids from {int(ids.min())} to {int(ids.max())}"
+        )
+    return ids.shape[0], ids.shape[1]
+
+
+def _check_layer(layer: object, n_layers: int) -> None:
+    if isinstance(layer, bool) or not isinstance(layer, int) or not 0 <= layer < n_layers:
+        raise ValueError(f"layer must be an int in [0, {n_layers}), got {layer!r}")
+
+
+def _check_new_kv(k: object, v: object, buffer: torch.Tensor) -> None:
+    """Raise unless k and v are (B, H_kv, N, d) tensors that fit the cache's ``buffer``."""
+    b, h, _, d = buffer.shape
+    for name, t in (("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dtype != buffer.dtype or t.device != buffer.device:
+            raise TypeError(
+                f"{name} must have the cache's dtype {buffer.dtype} on {buffer.device}, "
+                f"got {t.dtype} on {t.device}"
+            )
+    if k.dim() != 4 or k.shape[:2] != (b, h) or k.shape[-1] != d or v.shape != k.shape:
+        raise ValueError(
+            f"k and v must have shape (B, H_kv, N, d) = ({b}, {h}, N, {d}), "
+            f"got k {tuple(k.shape)} and v {tuple(v.shape)}"
+        )
+
+
+# The parts of a decoder that these functions read (kv_cache.py's TinyDecoder has them all).
+_DECODER_PARTS = ("embed", "pos", "attn", "norm1", "norm2", "mlp", "norm", "head")
+
+
+def _check_decoder(model: object) -> None:
+    if not isinstance(model, nn.Module) or not all(hasattr(model, part) for part in _DECODER_PARTS):
+        raise TypeError(
+            f"model must be a decoder laid out like kv_cache.py's TinyDecoder (with "
+            f"{', '.join(_DECODER_PARTS)}), got {type(model).__name__}"
+        )
+
+
+def _check_positions(positions: object, n: int | None = None, device: torch.device | None = None) -> None:
+    """Raise unless ``positions`` is an int64 ``(N,)`` tensor (of length ``n``, on ``device``, when given)."""
+    if not isinstance(positions, torch.Tensor) or positions.dtype != torch.int64:
+        got = positions.dtype if isinstance(positions, torch.Tensor) else type(positions).__name__
+        raise TypeError(f"positions must be an int64 tensor, got {got}")
+    if positions.dim() != 1 or (n is not None and positions.shape[0] != n):
+        want = "(N,)" if n is None else f"(N,) = ({n},), one per token"
+        raise ValueError(f"positions must have shape {want}, got {tuple(positions.shape)}")
+    if device is not None and positions.device != device:
+        raise ValueError(f"positions must be on the device of the tokens {device}, got {positions.device}")
+
+
+def _check_static_call(model: nn.Module, cache: object, tokens: object, positions: object) -> None:
+    """Raise unless the decoder, its cache, the (B, N) tokens and their (N,) positions fit together."""
+    _check_decoder(model)
+    if not isinstance(cache, StaticKVCache):
+        raise TypeError(f"cache must be a StaticKVCache, got {type(cache).__name__}")
+    if cache.n_layers != len(model.attn):
+        raise ValueError(f"cache must have one layer per attention layer of model ({len(model.attn)}), "
+                         f"got {cache.n_layers}")
+    b, n = _check_ids("tokens", tokens, None, model.head.weight.device)
+    if b != cache.k_0.shape[0]:
+        raise ValueError(f"tokens must have the cache's batch size {cache.k_0.shape[0]}, got shape {(b, n)}")
+    _check_positions(positions, n, tokens.device)
+
+
+def _check_generate_static(model: object, prompt: object, n_new: object, compile_options: object) -> None:
+    _check_decoder(model)
+    _check_ids("prompt", prompt, model.embed.num_embeddings, model.head.weight.device)  # one sync, before the loop
+    if isinstance(n_new, bool) or not isinstance(n_new, int) or n_new < 0:
+        raise ValueError(f"n_new must be a non-negative int, got {n_new!r}")
+    if compile_options is not None and not isinstance(compile_options, dict):
+        raise TypeError(f"compile_options must be a dict or None, got {type(compile_options).__name__}")
+    n_positions = model.pos.num_embeddings
+    if prompt.shape[1] + n_new > n_positions:
+        raise ValueError(
+            f"n_new must keep N0 + n_new within the {n_positions} positions of the model's position "
+            f"table, got n_new={n_new} after a prompt of N0={prompt.shape[1]}"
+        )
+
+
 # --8<-- [start:cache]
 class StaticKVCache(nn.Module):
     """Key and value buffers of their final size, registered as module buffers.
@@ -62,6 +162,7 @@ class StaticKVCache(nn.Module):
                             ("d_head", d_head), ("max_len", max_len)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
+        _check_float_dtype(dtype)
         self.n_layers, self.max_len = n_layers, max_len
         for layer in range(n_layers):
             for kind in ("k", "v"):
@@ -71,19 +172,24 @@ class StaticKVCache(nn.Module):
     @classmethod
     def for_model(cls, model: nn.Module, batch: int, max_len: int) -> "StaticKVCache":
         """A cache shaped for ``model``'s layers, heads, dtype and device."""
+        _check_decoder(model)
         a, w = model.attn[0], model.head.weight
         return cls(len(model.attn), batch, a.n_kv_heads, a.d_head, max_len, dtype=w.dtype, device=w.device)
 
     def write(self, layer: int, positions: torch.Tensor, k: torch.Tensor,
               v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Store ``k, v`` ``(B, H_kv, N, d)`` at ``positions`` ``(N,)``; return the whole buffers."""
+        _check_layer(layer, self.n_layers)
         buf_k, buf_v = getattr(self, f"k_{layer}"), getattr(self, f"v_{layer}")
+        _check_new_kv(k, v, buf_k)
+        _check_positions(positions, k.shape[2], buf_k.device)
         buf_k.index_copy_(2, positions, k)  # in place: same storage, same shape, every step
         buf_v.index_copy_(2, positions, v)
         return buf_k, buf_v  # (B, H_kv, max_len, d) each
 
     def mask(self, positions: torch.Tensor) -> torch.Tensor:
         """True = may attend: the query at position p sees keys 0..p, never the empty slots after."""
+        _check_positions(positions)
         keys = torch.arange(self.max_len, device=positions.device)  # (max_len,)
         return keys <= positions.unsqueeze(-1)  # (N, 1) vs (max_len,) -> (N, max_len)
 # --8<-- [end:cache]
@@ -117,6 +223,7 @@ def static_forward(model: nn.Module, cache: StaticKVCache, tokens: torch.Tensor,
     Returns:
         ``(B, N, V)`` logits.
     """
+    _check_static_call(model, cache, tokens, positions)
     x = model.embed(tokens) + model.pos(positions)  # (B, N) -> (B, N, D)
     mask = cache.mask(positions)  # (N, max_len), the same shape at every step
     for layer, (attn, norm1, norm2, mlp) in enumerate(zip(model.attn, model.norm1, model.norm2, model.mlp)):
@@ -143,16 +250,8 @@ def generate_static(model: nn.Module, prompt: torch.Tensor, n_new: int, *,
     Returns:
         ``(B, N0 + n_new)`` token ids.
     """
-    if not isinstance(prompt, torch.Tensor) or prompt.dim() != 2 or prompt.is_floating_point():
-        got = f"{tuple(prompt.shape)} {prompt.dtype}" if isinstance(prompt, torch.Tensor) else type(prompt).__name__
-        raise ValueError(f"prompt must be a (B, N0) tensor of integer ids, got {got}")
-    if isinstance(n_new, bool) or not isinstance(n_new, int) or n_new < 0:
-        raise ValueError(f"n_new must be a non-negative int, got {n_new!r}")
-    if compile_options is not None and not isinstance(compile_options, dict):
-        raise TypeError(f"compile_options must be a dict or None, got {type(compile_options).__name__}")
+    _check_generate_static(model, prompt, n_new, compile_options)
     B, N0 = prompt.shape
-    if N0 + n_new > model.max_len:
-        raise ValueError(f"positions run to {N0 + n_new}, beyond max_len={model.max_len} of the position table")
     cache = StaticKVCache.for_model(model, B, N0 + n_new)
     step = static_forward if compile_options is None else torch.compile(static_forward, **compile_options)
     logits = static_forward(model, cache, prompt, torch.arange(N0, device=prompt.device))  # prefill, eager

@@ -22,6 +22,8 @@ This file needs only torch and the standard library: copy it into a project.
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 __all__ = ["delta_rule_step", "delta_rule_recurrent", "delta_rule_parallel", "delta_rule_chunked"]
@@ -29,15 +31,18 @@ __all__ = ["delta_rule_step", "delta_rule_recurrent", "delta_rule_parallel", "de
 
 # --8<-- [start:validate]
 def _check_delta(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, beta: torch.Tensor, g: torch.Tensor | None
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, beta: torch.Tensor, g: torch.Tensor | None,
+    scale: float | None,
 ) -> None:
-    """Raise a clear error unless q, k, v, beta and the log-decays g fit together."""
+    """Raise a clear error unless q, k, v, beta, the log-decays g and the scale fit together."""
     named = [("q", q), ("k", k), ("v", v), ("beta", beta)] + ([("g", g)] if g is not None else [])
     for name, t in named:
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
         if not t.is_floating_point():
             raise TypeError(f"{name} must have a floating dtype, got {t.dtype}")
+    if len({t.device for _, t in named}) != 1:
+        raise ValueError(f"q, k, v, beta (and g) must be on one device, got {[str(t.device) for _, t in named]}")
     if len({t.dtype for _, t in named}) != 1:
         raise TypeError(f"q, k, v, beta (and g) must share one dtype, got {[str(t.dtype) for _, t in named]}")
     if q.dim() < 2 or q.shape != k.shape:
@@ -51,6 +56,46 @@ def _check_delta(
             raise ValueError(f"g must have shape (..., N) = {tuple(k.shape[:-1])}, got {tuple(g.shape)}")
         if (g > 0).any():
             raise ValueError(f"g holds log-decays log(alpha) and must be <= 0, got a maximum of {g.max().item():.3g}")
+    _check_scale(scale)
+
+
+def _check_scale(scale: float | None) -> None:
+    if scale is not None and (
+        isinstance(scale, bool)
+        or not isinstance(scale, (int, float))
+        or not (math.isfinite(scale) and scale > 0)
+    ):
+        raise ValueError(f"scale must be a positive finite float or None, got {scale!r}")
+
+
+def _check_state(state: object, shape: tuple[int, ...], device: torch.device) -> None:
+    """Raise unless ``state`` is None or a floating tensor of ``shape`` on ``device``."""
+    if state is None:
+        return
+    if not isinstance(state, torch.Tensor) or not state.is_floating_point():
+        got = state.dtype if isinstance(state, torch.Tensor) else type(state).__name__
+        raise TypeError(f"state must be a floating tensor or None, got {got}")
+    if state.shape != shape:
+        raise ValueError(f"state must have shape {shape}, got {tuple(state.shape)}")
+    if state.device != device:
+        raise ValueError(f"state must be on the device of q {device}, got {state.device}")
+
+
+def _check_step_tensors(**tensors: object) -> None:
+    """Raise unless each one-token input is a tensor with at least one dimension."""
+    for name, t in tensors.items():
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dim() < 1:
+            raise ValueError(f"{name} must have shape (B, H, ...) of one token, got {tuple(t.shape)}")
+
+
+def _check_delta_step(q, k, v, beta, g, state, scale) -> None:
+    """``_check_delta`` for one token: q, k ``(B, H, d_k)``, v ``(B, H, d_v)``, beta, g ``(B, H)``."""
+    _check_step_tensors(q=q, k=k, v=v, beta=beta, **({} if g is None else {"g": g}))
+    _check_delta(q.unsqueeze(-2), k.unsqueeze(-2), v.unsqueeze(-2), beta.unsqueeze(-1),
+                 None if g is None else g.unsqueeze(-1), scale)
+    _check_state(state, (*k.shape, v.shape[-1]), q.device)
 
 
 def _check_chunk_size(chunk_size: int) -> None:
@@ -91,15 +136,12 @@ def delta_rule_step(
     Returns:
         ``(out, state)``: ``(B, H, d_v)`` and ``(B, H, d_k, d_v)``.
     """
-    _check_delta(q.unsqueeze(-2), k.unsqueeze(-2), v.unsqueeze(-2), beta.unsqueeze(-1),
-                 None if g is None else g.unsqueeze(-1))
+    _check_delta_step(q, k, v, beta, g, state, scale)
     dtype, acc = q.dtype, _accumulator(q.dtype)
     q, k, v, beta = (t.to(acc) for t in (q, k, v, beta))
     scale = q.shape[-1] ** -0.5 if scale is None else scale
     if state is None:
         state = q.new_zeros((*k.shape, v.shape[-1]))  # (B, H, d_k, d_v)
-    elif state.shape != (*k.shape, v.shape[-1]):
-        raise ValueError(f"state must have shape {(*k.shape, v.shape[-1])}, got {tuple(state.shape)}")
     state = state.to(acc)
     if g is not None:
         state = g.to(acc).exp()[..., None, None] * state  # (B, H, d_k, d_v)
@@ -125,7 +167,7 @@ def delta_rule_recurrent(
         q, k: ``(B, H, N, d_k)``; v: ``(B, H, N, d_v)``; beta, g: ``(B, H, N)``
         -> ``(B, H, N, d_v)``.
     """
-    _check_delta(q, k, v, beta, g)
+    _check_delta(q, k, v, beta, g, scale)
     state, outs = None, []
     for t in range(q.shape[-2]):
         g_t = None if g is None else g[..., t]
@@ -163,7 +205,7 @@ def delta_rule_parallel(
         q, k: ``(B, H, N, d_k)``; v: ``(B, H, N, d_v)``; beta, g: ``(B, H, N)``
         -> ``(B, H, N, d_v)``.
     """
-    _check_delta(q, k, v, beta, g)
+    _check_delta(q, k, v, beta, g, scale)
     dtype, acc = q.dtype, _accumulator(q.dtype)
     q, k, v, beta = (t.to(acc) for t in (q, k, v, beta))
     scale = q.shape[-1] ** -0.5 if scale is None else scale
@@ -200,7 +242,7 @@ def delta_rule_chunked(
         q, k: ``(B, H, N, d_k)``; v: ``(B, H, N, d_v)``; beta, g: ``(B, H, N)``
         -> ``(B, H, N, d_v)``.
     """
-    _check_delta(q, k, v, beta, g)
+    _check_delta(q, k, v, beta, g, scale)
     _check_chunk_size(chunk_size)
     dtype, acc = q.dtype, _accumulator(q.dtype)
     q, k, v, beta = (t.to(acc) for t in (q, k, v, beta))

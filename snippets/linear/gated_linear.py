@@ -21,14 +21,16 @@ This file needs only torch and the standard library: copy it into a project.
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 __all__ = ["gla_step", "gla_recurrent", "gla_parallel", "gla_chunked"]
 
 
 # --8<-- [start:validate]
-def _check_gla(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor) -> None:
-    """Raise a clear error unless q, k, v and the log-decays g fit together."""
+def _check_gla(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, scale: float | None) -> None:
+    """Raise a clear error unless q, k, v, the log-decays g and the scale fit together."""
     for name, t in (("q", q), ("k", k), ("v", v), ("g", g)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
@@ -45,8 +47,49 @@ def _check_gla(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tenso
         )
     if v.shape[:-1] != k.shape[:-1]:
         raise ValueError(f"v must be (..., N, d_v) with k's leading shape {tuple(k.shape[:-1])}, got {tuple(v.shape)}")
+    if not (q.device == k.device == v.device == g.device):
+        raise ValueError(f"q, k, v and g must be on one device, got {q.device}, {k.device}, {v.device}, {g.device}")
+    _check_scale(scale)
     if (g > 0).any():
         raise ValueError(f"g holds log-decays log(alpha) and must be <= 0, got a maximum of {g.max().item():.3g}")
+
+
+def _check_scale(scale: float | None) -> None:
+    if scale is not None and (
+        isinstance(scale, bool)
+        or not isinstance(scale, (int, float))
+        or not (math.isfinite(scale) and scale > 0)
+    ):
+        raise ValueError(f"scale must be a positive finite float or None, got {scale!r}")
+
+
+def _check_state(state: object, shape: tuple[int, ...], device: torch.device) -> None:
+    """Raise unless ``state`` is None or a floating tensor of ``shape`` on ``device``."""
+    if state is None:
+        return
+    if not isinstance(state, torch.Tensor) or not state.is_floating_point():
+        got = state.dtype if isinstance(state, torch.Tensor) else type(state).__name__
+        raise TypeError(f"state must be a floating tensor or None, got {got}")
+    if state.shape != shape:
+        raise ValueError(f"state must have shape {shape}, got {tuple(state.shape)}")
+    if state.device != device:
+        raise ValueError(f"state must be on the device of q {device}, got {state.device}")
+
+
+def _check_step_tensors(**tensors: object) -> None:
+    """Raise unless each one-token input is a tensor with at least one dimension."""
+    for name, t in tensors.items():
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dim() < 1:
+            raise ValueError(f"{name} must have shape (B, H, ...) of one token, got {tuple(t.shape)}")
+
+
+def _check_gla_step(q, k, v, g, state, scale) -> None:
+    """``_check_gla`` for one token, ``(B, H, width)``, and its entering state."""
+    _check_step_tensors(q=q, k=k, v=v, g=g)
+    _check_gla(q.unsqueeze(-2), k.unsqueeze(-2), v.unsqueeze(-2), g.unsqueeze(-2), scale)
+    _check_state(state, (*k.shape, v.shape[-1]), q.device)
 
 
 def _check_chunk_size(chunk_size: int) -> None:
@@ -81,14 +124,12 @@ def gla_step(
     Returns:
         ``(out, state)``: ``(B, H, d_v)`` and the new ``(B, H, d_k, d_v)`` state.
     """
-    _check_gla(q.unsqueeze(-2), k.unsqueeze(-2), v.unsqueeze(-2), g.unsqueeze(-2))
+    _check_gla_step(q, k, v, g, state, scale)
     dtype, acc = q.dtype, _accumulator(q.dtype)
     q, k, v, g = (t.to(acc) for t in (q, k, v, g))
     scale = q.shape[-1] ** -0.5 if scale is None else scale
     if state is None:
         state = q.new_zeros((*k.shape, v.shape[-1]))  # (B, H, d_k, d_v)
-    elif state.shape != (*k.shape, v.shape[-1]):
-        raise ValueError(f"state must have shape {(*k.shape, v.shape[-1])}, got {tuple(state.shape)}")
     # Row i of the state (key channel i) forgets at its own rate alpha_t[i].
     state = g.exp().unsqueeze(-1) * state.to(acc) + k.unsqueeze(-1) * v.unsqueeze(-2)  # (B, H, d_k, d_v)
     out = (q.unsqueeze(-2) @ state).squeeze(-2) * scale  # (B, H, 1, d_k) @ (B, H, d_k, d_v) -> (B, H, d_v)
@@ -104,7 +145,7 @@ def gla_recurrent(
     Shape:
         q, k, g: ``(B, H, N, d_k)``; v: ``(B, H, N, d_v)`` -> ``(B, H, N, d_v)``.
     """
-    _check_gla(q, k, v, g)
+    _check_gla(q, k, v, g, scale)
     state, outs = None, []
     for t in range(q.shape[-2]):
         out, state = gla_step(q[..., t, :], k[..., t, :], v[..., t, :], g[..., t, :], state, scale=scale)
@@ -125,7 +166,7 @@ def gla_parallel(
     Shape:
         q, k, g: ``(B, H, N, d_k)``; v: ``(B, H, N, d_v)`` -> ``(B, H, N, d_v)``.
     """
-    _check_gla(q, k, v, g)
+    _check_gla(q, k, v, g, scale)
     dtype, acc = q.dtype, _accumulator(q.dtype)
     q, k, v, g = (t.to(acc) for t in (q, k, v, g))
     scale = q.shape[-1] ** -0.5 if scale is None else scale
@@ -159,7 +200,7 @@ def gla_chunked(
     Shape:
         q, k, g: ``(B, H, N, d_k)``; v: ``(B, H, N, d_v)`` -> ``(B, H, N, d_v)``.
     """
-    _check_gla(q, k, v, g)
+    _check_gla(q, k, v, g, scale)
     _check_chunk_size(chunk_size)
     dtype, acc = q.dtype, _accumulator(q.dtype)
     q, k, v, g = (t.to(acc) for t in (q, k, v, g))

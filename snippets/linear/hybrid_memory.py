@@ -40,6 +40,23 @@ def _check_hybrid_int(name: str, value: int) -> None:
         raise ValueError(f"{name} must be a positive int, got {value!r}")
 
 
+def _check_bytes(name: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < float("inf"):
+        raise ValueError(f"{name} must be a finite number of bytes >= 0, got {value!r}")
+
+
+def _hf_ints(hf: object, keys: tuple[str, ...], where: str = "hf") -> dict[str, int]:
+    """The positive ints ``keys`` of a config.json read as a dict, or a clear error naming what is wrong."""
+    if not isinstance(hf, dict):
+        raise TypeError(f"{where} must be a dict read from config.json, got {type(hf).__name__}")
+    missing = [key for key in keys if key not in hf]
+    if missing:
+        raise ValueError(f"{where} must hold {', '.join(keys)}; got no {', '.join(missing)}")
+    for key in keys:
+        _check_hybrid_int(f"{where}[{key!r}]", hf[key])
+    return {key: hf[key] for key in keys}
+
+
 # --8<-- [start:pattern]
 def layer_pattern(n_layers: int, full_attention_interval: int = 4) -> tuple[str, ...]:
     """"linear" everywhere except every ``full_attention_interval``-th layer, which is "full".
@@ -55,6 +72,8 @@ def layer_pattern(n_layers: int, full_attention_interval: int = 4) -> tuple[str,
 def pattern_from_full_layers(n_layers: int, full_layers: list[int]) -> tuple[str, ...]:
     """The pattern from a list of full-attention layers numbered from 1, as Kimi Linear's config lists them."""
     _check_hybrid_int("n_layers", n_layers)
+    if not isinstance(full_layers, (list, tuple)):
+        raise TypeError(f"full_layers must be a list of layer numbers, got {type(full_layers).__name__}")
     bad = [i for i in full_layers if isinstance(i, bool) or not isinstance(i, int) or not 1 <= i <= n_layers]
     if bad:
         raise ValueError(f"full_layers must be layer numbers from 1 to n_layers={n_layers}, got {bad}")
@@ -85,7 +104,10 @@ class HybridConfig:
     conv_per_layer: int = 0
 
     def __post_init__(self) -> None:
-        if not self.layer_types or set(self.layer_types) - {"linear", "full"}:
+        if not isinstance(self.name, str):
+            raise TypeError(f"name must be a str, got {type(self.name).__name__}")
+        if not isinstance(self.layer_types, (tuple, list)) or not self.layer_types \
+                or set(self.layer_types) - {"linear", "full"}:
             raise ValueError(f"layer_types must be a non-empty sequence of 'linear' and 'full', got {self.layer_types!r}")
         for name in ("kv_per_token", "state_per_layer", "conv_per_layer"):
             value = getattr(self, name)
@@ -118,9 +140,13 @@ def cache_bytes(
     Returns:
         ``{"kv": ..., "state": ..., "total": ...}`` in bytes.
     """
+    if not isinstance(config, HybridConfig):
+        raise TypeError(f"config must be a HybridConfig, got {type(config).__name__}")
     if isinstance(context, bool) or not isinstance(context, int) or context < 0:
         raise ValueError(f"context must be an int >= 0, got {context!r}")
     _check_hybrid_int("batch", batch)
+    _check_bytes("kv_bytes", kv_bytes)
+    _check_bytes("state_bytes", state_bytes)
     kv = batch * config.n_full * context * config.kv_per_token * kv_bytes
     state = batch * config.n_linear * (config.state_per_layer * state_bytes + config.conv_per_layer * kv_bytes)
     return {"kv": kv, "state": state, "total": kv + state}
@@ -130,6 +156,9 @@ def cache_bytes(
 # --8<-- [start:published]
 def qwen3_next_config(hf: dict) -> HybridConfig:
     """Read a Qwen3-Next ``config.json`` (as a dict): Gated DeltaNet layers and gated full attention."""
+    _hf_ints(hf, ("num_hidden_layers", "full_attention_interval", "num_key_value_heads", "head_dim",
+                  "linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim",
+                  "linear_value_head_dim", "linear_conv_kernel_dim"))
     h_k, h_v = hf["linear_num_key_heads"], hf["linear_num_value_heads"]
     d_k, d_v = hf["linear_key_head_dim"], hf["linear_value_head_dim"]
     # One (d_k, d_v) state per value head; keys are shared by h_v / h_k value heads.
@@ -145,6 +174,10 @@ def qwen3_next_config(hf: dict) -> HybridConfig:
 
 def kimi_linear_config(hf: dict) -> HybridConfig:
     """Read a Kimi Linear ``config.json`` (as a dict): KDA layers and MLA layers."""
+    _hf_ints(hf, ("num_hidden_layers", "kv_lora_rank", "qk_rope_head_dim"))
+    if not isinstance(hf.get("linear_attn_config"), dict):
+        raise TypeError(f"hf['linear_attn_config'] must be a dict, got {type(hf.get('linear_attn_config')).__name__}")
+    _hf_ints(hf["linear_attn_config"], ("num_heads", "head_dim", "short_conv_kernel_size"), "hf['linear_attn_config']")
     lin = hf["linear_attn_config"]
     h, d = lin["num_heads"], lin["head_dim"]
     return HybridConfig(

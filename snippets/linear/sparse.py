@@ -66,17 +66,91 @@ def _check_qkv_sparse(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None
             f"q, k, v must be (B, H, N, d), (B, H, M, d), (B, H, M, d_v); got "
             f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}"
         )
+    if k.dtype != q.dtype or v.dtype != q.dtype:
+        raise TypeError(f"q, k and v must share one dtype, got {q.dtype}, {k.dtype} and {v.dtype}")
+    if k.device != q.device or v.device != q.device:
+        raise ValueError(f"q, k and v must be on one device, got {q.device}, {k.device} and {v.device}")
 
 
 def _check_sparse_int(name: str, value: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(f"{name} must be a positive int, got {value!r}")
+
+
+def _check_lengths(n: int, m: int) -> None:
+    for name, value in (("n", n), ("m", m)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"{name} must be an int >= 0, got {value!r}")
+
+
+def _check_flag(name: str, value: object) -> None:
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be a bool, got {value!r}")
+
+
+def _check_float_input(name: str, t: object, shape: tuple[int, ...] | None = None, *,
+                       min_dim: int = 0, device: torch.device | None = None) -> None:
+    """Raise unless ``t`` is a floating tensor (of ``shape``, on ``device``, when given)."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if not t.is_floating_point():
+        raise TypeError(f"{name} must have a floating dtype, got {t.dtype}")
+    if t.dim() < min_dim or (shape is not None and t.shape != shape):
+        want = f"{shape}" if shape is not None else f"at least {min_dim} dimensions"
+        raise ValueError(f"{name} must have shape {want}, got {tuple(t.shape)}")
+    if device is not None and t.device != device:
+        raise ValueError(f"{name} must be on the device of q {device}, got {t.device}")
+
+
+def _check_sparse_mask(mask: object, q: torch.Tensor, k: torch.Tensor) -> None:
+    """Raise unless ``mask`` is boolean and broadcasts to the scores (B, H, N, M)."""
+    shape = (q.shape[0], q.shape[1], q.shape[2], k.shape[2])
+    if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
+        got = mask.dtype if isinstance(mask, torch.Tensor) else type(mask).__name__
+        raise TypeError(f"mask must be a torch.bool tensor (True = may attend), got {got}")
+    if not 2 <= mask.dim() <= 4 or any(got not in (1, want) for got, want in zip(mask.shape[::-1], shape[::-1])):
+        raise ValueError(f"mask must broadcast to (B, H, N, M) = {shape}, got shape {tuple(mask.shape)}")
+    if mask.device != q.device:
+        raise ValueError(f"mask must be on the device of q {q.device}, got {mask.device}")
+
+
+def _check_indexer(q_idx: object, k_idx: object, w: object) -> None:
+    for name, t in (("q_idx", q_idx), ("k_idx", k_idx), ("w", w)):
+        _check_float_input(name, t)
+    if q_idx.dim() != 4 or k_idx.dim() != 3 or w.shape != q_idx.shape[:3] \
+            or k_idx.shape[0] != q_idx.shape[0] or k_idx.shape[-1] != q_idx.shape[-1]:
+        raise ValueError(
+            f"expected q_idx (B, N, H_I, d_I), k_idx (B, M, d_I), w (B, N, H_I); got "
+            f"{tuple(q_idx.shape)}, {tuple(k_idx.shape)}, {tuple(w.shape)}"
+        )
+    if k_idx.dtype != q_idx.dtype or w.dtype != q_idx.dtype:
+        raise TypeError(f"q_idx, k_idx and w must share one dtype, got {q_idx.dtype}, {k_idx.dtype} and {w.dtype}")
+    if k_idx.device != q_idx.device or w.device != q_idx.device:
+        raise ValueError(f"q_idx, k_idx and w must be on one device, got {q_idx.device}, {k_idx.device} and {w.device}")
+
+
+def _check_selection(block_weights: object, n: int, m: int, block: int, n_select: int) -> None:
+    _check_lengths(n, m)
+    _check_sparse_int("block", block)
+    _check_sparse_int("n_select", n_select)
+    _check_float_input("block_weights", block_weights, min_dim=4)
+    if block_weights.dim() != 4 or block_weights.shape[-2:] != (n, m // block):
+        raise ValueError(
+            f"block_weights must have shape (B, H, n, m // block) = (B, H, {n}, {m // block}), "
+            f"got {tuple(block_weights.shape)}"
+        )
+
+
+def _check_costs(**counts: object) -> None:
+    for name, value in counts.items():
+        _check_sparse_int(name, value)
 # --8<-- [end:validate]
 
 
 # --8<-- [start:masked]
 def causal_keys(n: int, m: int, device=None) -> torch.Tensor:
     """(N, M) boolean, True = may attend: query i sees keys j <= i + (M - N) (lower right)."""
+    _check_lengths(n, m)
     i = torch.arange(n, device=device).unsqueeze(-1) + (m - n)
     return torch.arange(m, device=device) <= i  # (N, M)
 
@@ -88,6 +162,8 @@ def attend_masked(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch
         q ``(B, H, N, d)``, k ``(B, H, M, d)``, v ``(B, H, M, d_v)``, mask
         broadcastable to ``(B, H, N, M)`` -> ``(B, H, N, d_v)``.
     """
+    _check_qkv_sparse(q, k, v)
+    _check_sparse_mask(mask, q, k)
     acc = torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype
     scores = (q.to(acc) @ k.to(acc).transpose(-2, -1)) * q.shape[-1] ** -0.5  # (B, H, N, M)
     scores = scores.masked_fill(~mask, float("-inf"))
@@ -109,11 +185,7 @@ def lightning_indexer(q_idx: torch.Tensor, k_idx: torch.Tensor, w: torch.Tensor)
     Returns:
         ``(B, N, M)`` index scores.
     """
-    if q_idx.dim() != 4 or k_idx.dim() != 3 or w.shape != q_idx.shape[:3] or k_idx.shape[-1] != q_idx.shape[-1]:
-        raise ValueError(
-            f"expected q_idx (B, N, H_I, d_I), k_idx (B, M, d_I), w (B, N, H_I); got "
-            f"{tuple(q_idx.shape)}, {tuple(k_idx.shape)}, {tuple(w.shape)}"
-        )
+    _check_indexer(q_idx, k_idx, w)
     dots = torch.einsum("bnhd,bmd->bnhm", q_idx, k_idx)  # (B, N, H_I, M)
     return torch.einsum("bnh,bnhm->bnm", w, F.relu(dots))  # (B, N, M)
 
@@ -124,7 +196,9 @@ def topk_mask(index_scores: torch.Tensor, topk: int, *, causal: bool = True) -> 
     Shape:
         ``(B, N, M)`` scores -> ``(B, N, M)`` boolean mask.
     """
+    _check_float_input("index_scores", index_scores, min_dim=2)
     _check_sparse_int("topk", topk)
+    _check_flag("causal", causal)
     n, m = index_scores.shape[-2:]
     allowed = causal_keys(n, m, index_scores.device) if causal else torch.ones(n, m, dtype=torch.bool, device=index_scores.device)
     # Rank only the keys the query may see: a future key must never take a slot.
@@ -144,8 +218,7 @@ def topk_sparse_attention(
         ``(B, N, M)`` -> ``(B, H, N, d_v)``.
     """
     _check_qkv_sparse(q, k, v)
-    if index_scores.shape != (q.shape[0], q.shape[2], k.shape[2]):
-        raise ValueError(f"index_scores must have shape (B, N, M) = {(q.shape[0], q.shape[2], k.shape[2])}, got {tuple(index_scores.shape)}")
+    _check_float_input("index_scores", index_scores, (q.shape[0], q.shape[2], k.shape[2]), device=q.device)
     return attend_masked(q, k, v, topk_mask(index_scores, topk, causal=causal).unsqueeze(1))
 # --8<-- [end:indexer]
 
@@ -187,7 +260,7 @@ def selection_mask(block_weights: torch.Tensor, n: int, m: int, block: int, n_se
     Shape:
         block_weights ``(B, H, N, M // block)`` -> ``(B, N, M)`` boolean.
     """
-    _check_sparse_int("n_select", n_select)
+    _check_selection(block_weights, n, m, block, n_select)
     n_blocks = math.ceil(m / block)
     importance = block_weights.sum(dim=1)  # (B, N, nb): shared by the heads
     importance = F.pad(importance, (0, n_blocks - importance.shape[-1]))  # (B, N, n_blocks)
@@ -205,6 +278,7 @@ def selection_mask(block_weights: torch.Tensor, n: int, m: int, block: int, n_se
 
 def window_keys(n: int, m: int, window: int, device=None) -> torch.Tensor:
     """(N, M) boolean: the last ``window`` keys up to and including the query's position."""
+    _check_lengths(n, m)
     _check_sparse_int("window", window)
     i = torch.arange(n, device=device).unsqueeze(-1) + (m - n)
     j = torch.arange(m, device=device)
@@ -231,8 +305,7 @@ def nsa_attention(
         q ``(B, H, N, d)``, k ``(B, H, M, d)``, v ``(B, H, M, d_v)`` -> ``(B, H, N, d_v)``.
     """
     _check_qkv_sparse(q, k, v)
-    if gates.shape != (*q.shape[:3], 3):
-        raise ValueError(f"gates must have shape (B, H, N, 3) = {(*q.shape[:3], 3)}, got {tuple(gates.shape)}")
+    _check_float_input("gates", gates, (*q.shape[:3], 3), device=q.device)
     n, m = q.shape[2], k.shape[2]
     out_cmp, block_weights = compressed_attention(q, k, v, block)
     out_slc = attend_masked(q, k, v, selection_mask(block_weights, n, m, block, n_select).unsqueeze(1))
@@ -275,6 +348,8 @@ def dsa_decode_cost(
     topk: int = 2048, index_heads: int = 64, index_dim: int = 128, index_bytes_per_token: int = 128,
 ) -> AttentionCost:
     """DeepSeek sparse attention: the indexer reads every key, the attention only the top-k."""
+    _check_costs(context=context, n_heads=n_heads, d_qk=d_qk, d_v=d_v, kv_bytes_per_token=kv_bytes_per_token,
+                 topk=topk, index_heads=index_heads, index_dim=index_dim, index_bytes_per_token=index_bytes_per_token)
     dense = dense_decode_cost(min(topk, context), n_heads=n_heads, d_qk=d_qk, d_v=d_v, kv_bytes_per_token=kv_bytes_per_token)
     # Per key: H_I dot products of width d_I, a ReLU and a weighted sum over H_I.
     index_flops = context * index_heads * (2 * index_dim + 2)
@@ -291,7 +366,8 @@ def nsa_decode_cost(
     The three branches are counted separately (a key both selected and in the
     window is read twice, as three separate kernels would).
     """
-    _check_sparse_int("block", block)
+    _check_costs(context=context, n_heads=n_heads, d_qk=d_qk, d_v=d_v, kv_bytes_per_token=kv_bytes_per_token,
+                 block=block, n_select=n_select, window=window)
     n_cmp = context // block
     n_slc = min(n_select * block, context)
     n_win = min(window, context)

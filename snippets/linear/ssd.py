@@ -49,10 +49,32 @@ def _check_ssd(x: torch.Tensor, dt: torch.Tensor, a_log: torch.Tensor, b: torch.
             f"b and c must both have shape (B, H, N, d_state) with (B, H, N) = {(bsz, h, n)}, "
             f"got b {tuple(b.shape)} and c {tuple(c.shape)}"
         )
+    named = (("x", x), ("dt", dt), ("A", a_log), ("b", b), ("c", c))
+    if len({t.dtype for _, t in named}) != 1:
+        raise TypeError(f"x, dt, A, b and c must share one dtype, got {[str(t.dtype) for _, t in named]}")
+    if len({t.device for _, t in named}) != 1:
+        raise ValueError(f"x, dt, A, b and c must be on one device, got {[str(t.device) for _, t in named]}")
     if (dt < 0).any():
         raise ValueError(f"dt must be >= 0 (a step size), got a minimum of {dt.min().item():.3g}")
     if (a_log > 0).any():
         raise ValueError(f"A must be <= 0 so that a_t = exp(dt_t A) <= 1, got a maximum of {a_log.max().item():.3g}")
+
+
+def _check_ssd_mask(dt: torch.Tensor, a_log: torch.Tensor) -> None:
+    """Raise a clear error unless dt is (B, H, N) and A is (H,), floating, alike and together."""
+    for name, t in (("dt", dt), ("A", a_log)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if not t.is_floating_point():
+            raise TypeError(f"{name} must have a floating dtype, got {t.dtype}")
+    if dt.dim() != 3:
+        raise ValueError(f"dt must have shape (B, H, N), got {tuple(dt.shape)}")
+    if a_log.shape != dt.shape[1:2]:
+        raise ValueError(f"A must have shape (H,) = ({dt.shape[1]},) with H from dt, got {tuple(a_log.shape)}")
+    if dt.dtype != a_log.dtype:
+        raise TypeError(f"dt and A must share one dtype, got {dt.dtype} and {a_log.dtype}")
+    if dt.device != a_log.device:
+        raise ValueError(f"dt and A must be on one device, got {dt.device} and {a_log.device}")
 
 
 def _check_chunk_size(chunk_size: int) -> None:
@@ -97,6 +119,7 @@ def ssd_mask(dt: torch.Tensor, A: torch.Tensor) -> torch.Tensor:
     Shape:
         dt: ``(B, H, N)``; A: ``(H,)`` -> ``(B, H, N, N)``.
     """
+    _check_ssd_mask(dt, A)
     n = dt.shape[-1]
     cum = (dt * A.unsqueeze(-1)).cumsum(dim=-1)  # (B, H, N)
     causal = torch.ones(n, n, dtype=torch.bool, device=dt.device).tril()
