@@ -94,7 +94,7 @@ def _check_decoder(model: object) -> None:
         )
 
 
-def _check_positions(positions: object, n: int | None = None, device: torch.device | None = None) -> None:
+def _check_step_positions(positions: object, n: int | None = None, device: torch.device | None = None) -> None:
     """Raise unless ``positions`` is an int64 ``(N,)`` tensor (of length ``n``, on ``device``, when given)."""
     if not isinstance(positions, torch.Tensor) or positions.dtype != torch.int64:
         got = positions.dtype if isinstance(positions, torch.Tensor) else type(positions).__name__
@@ -117,7 +117,7 @@ def _check_static_call(model: nn.Module, cache: object, tokens: object, position
     b, n = _check_ids("tokens", tokens, None, model.head.weight.device)
     if b != cache.k_0.shape[0]:
         raise ValueError(f"tokens must have the cache's batch size {cache.k_0.shape[0]}, got shape {(b, n)}")
-    _check_positions(positions, n, tokens.device)
+    _check_step_positions(positions, n, tokens.device)
 
 
 def _check_generate_static(model: object, prompt: object, n_new: object, compile_options: object) -> None:
@@ -182,14 +182,14 @@ class StaticKVCache(nn.Module):
         _check_layer(layer, self.n_layers)
         buf_k, buf_v = getattr(self, f"k_{layer}"), getattr(self, f"v_{layer}")
         _check_new_kv(k, v, buf_k)
-        _check_positions(positions, k.shape[2], buf_k.device)
+        _check_step_positions(positions, k.shape[2], buf_k.device)
         buf_k.index_copy_(2, positions, k)  # in place: same storage, same shape, every step
         buf_v.index_copy_(2, positions, v)
         return buf_k, buf_v  # (B, H_kv, max_len, d) each
 
     def mask(self, positions: torch.Tensor) -> torch.Tensor:
         """True = may attend: the query at position p sees keys 0..p, never the empty slots after."""
-        _check_positions(positions)
+        _check_step_positions(positions)
         keys = torch.arange(self.max_len, device=positions.device)  # (max_len,)
         return keys <= positions.unsqueeze(-1)  # (N, 1) vs (max_len,) -> (N, max_len)
 # --8<-- [end:cache]
