@@ -116,3 +116,22 @@ def _tensors_on_device(device):
         yield
     finally:
         torch.set_default_device("cpu")
+
+
+@pytest.fixture(scope="session")
+def browser():
+    """One headless Chromium for every browser test of the session: Playwright's
+    sync API runs one instance per thread, so the test files share it."""
+    import browser_support as bs
+
+    executable = bs.chromium_path()
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        bs.missing(bs.PLAYWRIGHT_MISSING)
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=executable, headless=True, args=bs.CHROMIUM_ARGS)
+        try:
+            yield launched
+        finally:
+            launched.close()

@@ -79,19 +79,7 @@ def base_url(site_dir) -> str:
         yield url
 
 
-@pytest.fixture(scope="session")
-def browser():
-    executable = bs.chromium_path()
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        bs.missing(bs.PLAYWRIGHT_MISSING)
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=executable, headless=True, args=bs.CHROMIUM_ARGS)
-        try:
-            yield browser
-        finally:
-            browser.close()
+# `browser`, one headless Chromium for the whole session, is in conftest.py.
 
 
 @pytest.fixture(scope="session")
@@ -957,7 +945,16 @@ def test_figures_open_full_size_and_close_with_the_keyboard(browser, base_url, p
         page.wait_for_function("() => document.querySelectorAll('.md-content img.fg-zoomable').length >= 2")
         assert page.evaluate("window.__sameDocument === true"), "instant navigation is off"
         figure = page.locator(".md-content .jupyter-wrapper img.fg-zoomable").last
-        figure.scroll_into_view_if_needed()
+        # The page's scripts (math, zoom) may still swap nodes just after the
+        # navigation; the locator finds the figure afresh on each try.
+        for attempt in range(5):
+            try:
+                figure.scroll_into_view_if_needed(timeout=2000)
+                break
+            except Exception:  # noqa: BLE001 - detached while the page settled
+                if attempt == 4:
+                    raise
+                page.wait_for_timeout(200)
         shown = figure.evaluate("img => ({width: img.getBoundingClientRect().width, natural: img.naturalWidth})")
         assert shown["natural"] > shown["width"] + 50, f"the figure is not squeezed here, nothing to test: {shown}"
         src = figure.get_attribute("src")[:60]

@@ -127,18 +127,10 @@ def url(site):
 
 
 @pytest.fixture(scope="module")
-def chromium():
-    executable = bs.chromium_path()
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        bs.missing(bs.PLAYWRIGHT_MISSING)
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=executable, headless=True, args=bs.CHROMIUM_ARGS)
-        try:
-            yield browser
-        finally:
-            browser.close()
+def chromium(browser):
+    """The session's one Chromium (conftest.py): Playwright's sync API allows
+    one instance per thread."""
+    return browser
 
 
 def _open(chromium, url: str, *, scheme: str = "light", viewport=None):
