@@ -429,7 +429,10 @@ def start_examples(config):
             todo.append((example, target))
 
     cores = os.cpu_count() or 1
-    workers = max(1, min(cores, len(todo)))
+    # A kernel waits on its messages part of the time, so one kernel more than
+    # there are cores keeps the cores busy; FIELD_GUIDE_EXAMPLE_WORKERS overrides.
+    wanted = os.environ.get("FIELD_GUIDE_EXAMPLE_WORKERS", "").strip()
+    workers = max(1, min(int(wanted) if wanted.isdigit() else cores + 1, len(todo)))
     log.info(
         "examples: %d of %d to execute (%d cached), %d at a time",
         len(todo), len(examples), len(examples) - len(todo), workers,
@@ -521,7 +524,8 @@ def on_config(config):
 
 @event_priority(100)  # before mkdocs-jupyter wraps the notebook files
 def on_files(files: Files, config) -> Files:
-    # The examples run in the background from here on; on_nav waits for them.
+    # The examples run in the background from here on; the first example page
+    # (on_pre_page) waits for them.
     # Meanwhile the other hooks' on_files (the figures, the explorer's model) run.
     executed, _state["finish"] = start_examples(config)
     _state["executed"] = executed
@@ -543,11 +547,22 @@ def on_files(files: Files, config) -> Files:
     return files
 
 
-@event_priority(100)  # before anything reads a notebook
-def on_nav(nav, config, files: Files):
+def _wait_for_examples() -> None:
     finish = _state.pop("finish", None)
     if finish is not None:
         finish()
+
+
+@event_priority(100)  # before mkdocs-jupyter reads the notebook
+def on_pre_page(page, config, files: Files):
+    # The Markdown pages, which come first in the navigation, are rendered
+    # while the examples still run; the first example page waits for them.
+    if _is_example(page):
+        _wait_for_examples()
+    return page
+
+
+def on_nav(nav, config, files: Files):
     # mkdocs-jupyter wraps each notebook File in a proxy whose own
     # ``abs_src_path`` (a cached property) is recomputed from ``src_dir``, which
     # a generated File lacks; pin it to the executed notebook.
@@ -637,6 +652,7 @@ def _externalise(html_text: str, page) -> str:
 
 
 def on_env(env, config, files: Files):
+    _wait_for_examples()  # a build whose navigation shows no example still waits (and fails) here
     for src, target, anchor in _state.get("links", []):
         page = getattr(target, "page", None)
         content = getattr(page, "content", "") or ""
