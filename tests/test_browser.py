@@ -741,7 +741,8 @@ def test_palette_toggle_and_figures_in_both_palettes(browser, base_url, pages):
 
 
 def test_screenshots_for_a_person(browser, base_url, pages):
-    wanted = {"home": "", "scaled-dot-product": "foundations/scaled-dot-product/"}
+    wanted = {"home": "", "scaled-dot-product": "foundations/scaled-dot-product/",
+              "grouped-query": "attention/grouped-query/", "modern-block": "modern/modern-block/"}
     example = next((p for p in pages if p.startswith("examples/scaled_dot_product")), None)
     if example:
         wanted["example-scaled-dot-product"] = example
