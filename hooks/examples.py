@@ -398,13 +398,6 @@ def _record_durations(cache_dir: pathlib.Path, measured: dict[str, float]) -> No
     tmp.replace(path)
 
 
-def run_examples(config) -> dict[str, pathlib.Path]:
-    """Execute every stale example; return example name -> executed notebook."""
-    results, finish = start_examples(config)
-    finish()
-    return results
-
-
 def start_examples(config):
     """Start executing every stale example in background threads.
 
