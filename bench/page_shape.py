@@ -1,0 +1,28 @@
+"""Print what the teaching pages show open and the checks share of snippets/.
+
+    python bench/page_shape.py
+
+The same counter that ``tests/test_page_shape.py`` asserts with.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import sys
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tests"))
+
+import page_shape  # noqa: E402
+
+
+def main() -> None:
+    for name, value in page_shape.figures().items():
+        print(f"{name}: {value:.1%}" if isinstance(value, float) and value < 1 and "share" in name
+              else f"{name}: {value}")
+    for page in ("foundations/scaled-dot-product.md", "attention/multi-head.md",
+                 "modern/latent-attention.md"):
+        print(f"code lines shown open on {page}: {page_shape.open_lines_on(page)}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,133 @@
+"""MkDocs hook: the equivalence ledger page and the "proven" badges.
+
+The identities are the functions in ``tests/identities/`` that the test suite
+asserts (``tests/test_ledger.py``). The build runs the same functions, in a
+thread that starts with the build, and renders what they measured:
+
+* ``docs/ledger.md`` holds ``<!-- ledger -->``, replaced by one table per area:
+  the claim, the largest error measured, dtype, device, torch version, and
+  links to the teaching page and the test.
+* A teaching page puts a line ``:proven: KEY`` right after the code it
+  concerns; it becomes a one-line badge with the claim and the measured error,
+  linking to the ledger entry. A badge naming a key the registry lacks fails
+  the build, and so does an identity that breaks its tolerance.
+"""
+
+from __future__ import annotations
+
+import logging
+import pathlib
+import posixpath
+import re
+import sys
+import threading
+
+from mkdocs.exceptions import PluginError
+
+log = logging.getLogger("mkdocs.hooks.ledger")
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+LEDGER_PAGE = "ledger.md"
+BADGE = re.compile(r"^(?P<indent>[ \t]*):proven:[ \t]+(?P<key>[a-z0-9][a-z0-9-]*)[ \t]*$", re.M)
+AREA_TITLES = {
+    "foundations": "Foundations", "attention": "Attention", "architecture": "Architecture",
+    "modern": "Modern decoder", "efficiency": "Efficiency", "linear": "Beyond dense softmax",
+    "distributed": "Beyond one device", "history": "History",
+}
+
+_state: dict = {}
+
+
+def _run_all() -> None:
+    try:
+        if str(ROOT / "tests") not in sys.path:
+            sys.path.insert(0, str(ROOT / "tests"))
+        if str(ROOT) not in sys.path:
+            sys.path.insert(0, str(ROOT))
+        import identities
+
+        registry = identities.load_all()
+        results = {key: identities.measure(ident) for key, ident in registry.items()}
+        _state["registry"], _state["results"] = registry, results
+    except BaseException as error:  # noqa: BLE001 - reported by the page that needs it
+        _state["error"] = error
+
+
+def on_config(config):
+    _state.clear()
+    thread = threading.Thread(target=_run_all, name="ledger", daemon=True)
+    thread.start()
+    _state["thread"] = thread
+    return config
+
+
+def _ledger():
+    _state["thread"].join()
+    if "error" in _state:
+        raise PluginError(f"the equivalence ledger could not be measured: {_state['error']!r}")
+    registry, results = _state["registry"], _state["results"]
+    broken = [f"{k}: error {r.error:.3g} > {registry[k].tol:.3g}" for k, r in results.items()
+              if r.error is not None and not r.error <= registry[k].tol]
+    if broken:
+        raise PluginError("identities that do not hold: " + "; ".join(broken))
+    return registry, results
+
+
+def _error_text(result) -> str:
+    if result.error is None:
+        return f"not measured in this build ({result.why_not})"
+    if result.error == 0:
+        return "exactly 0"
+    return f"{result.error:.1e}"
+
+
+def _rel(page, target: str) -> str:
+    return posixpath.relpath(target, posixpath.dirname(page.file.src_uri) or ".")
+
+
+def _table(page, registry, results) -> str:
+    out = []
+    by_area: dict[str, list[str]] = {}
+    for key, ident in registry.items():
+        by_area.setdefault(ident.page.split("/", 1)[0], []).append(key)
+    total = sum(r.error is not None for r in results.values())
+    first = next(iter(results.values()), None)
+    out.append(f"{len(registry)} identities, {total} measured in this build on the CPU"
+               + (f" with torch {first.torch}." if first else "."))
+    out.append("")
+    for area in [a for a in AREA_TITLES if a in by_area] + sorted(set(by_area) - set(AREA_TITLES)):
+        out.append(f"## {AREA_TITLES.get(area, area.title())}")
+        out.append("")
+        out.append("| Identity | Largest error | dtype | device | torch | Page | Test |")
+        out.append("|---|---|---|---|---|---|---|")
+        for key in sorted(by_area[area]):
+            ident, r = registry[key], results[key]
+            claim = ident.claim.replace("|", "\\|")
+            out.append(f'| <span id="{key}"></span>{claim} | {_error_text(r)} | {r.dtype} | {r.device} '
+                       f"| {r.torch} | [page]({_rel(page, ident.page)}) | `{ident.test}` |")
+        out.append("")
+    return "\n".join(out)
+
+
+def on_page_markdown(markdown: str, page, config, files) -> str:
+    if page.file.src_uri == LEDGER_PAGE:
+        if "<!-- ledger -->" not in markdown:
+            raise PluginError(f"{LEDGER_PAGE} must hold the placeholder <!-- ledger -->")
+        registry, results = _ledger()
+        markdown = markdown.replace("<!-- ledger -->", _table(page, registry, results))
+    if not BADGE.search(markdown):
+        return markdown
+    registry, results = _ledger()
+
+    def badge(m: re.Match) -> str:
+        key, indent = m.group("key"), m.group("indent")
+        if key not in registry:
+            raise PluginError(f"{page.file.src_uri}: the badge ':proven: {key}' names no identity in "
+                              f"tests/identities/ (known: {len(registry)})")
+        ident, r = registry[key], results[key]
+        link = _rel(page, LEDGER_PAGE) + f"#{key}"
+        where = f" ({r.dtype}, {r.device}, torch {r.torch})" if r.error is not None else ""
+        return (f'{indent}<p class="fg-proven" markdown>**Proven:** {ident.claim}; largest error '
+                f"{_error_text(r)}{where}. [Ledger entry]({link})</p>")
+
+    return BADGE.sub(badge, markdown)

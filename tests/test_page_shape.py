@@ -1,0 +1,63 @@
+"""Teaching pages read like the math: what they show open is the short kernel.
+
+An included section shown open (not inside a collapsed ``???`` block) on a
+teaching page is at most 20 lines, contains no ``raise`` and no docstring
+longer than one line: the public face, its checks and its long docstring fold
+away (and live in the API reference). Across ``snippets/``, input checking is
+at most a quarter of the code, and no line is longer than 88 characters, so no
+code block scrolls sideways on a laptop. ``python bench/page_shape.py`` prints
+the figures.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from page_shape import MAX_LINE, MAX_OPEN_LINES, SNIPPETS, checks_share, has_raise, includes, \
+    long_docstrings, teaching_pages
+
+PAGES = teaching_pages()
+
+
+@pytest.mark.parametrize("page", PAGES, ids=[f"{p.parent.name}/{p.name}" for p in PAGES])
+def test_open_sections_are_kernels(page):
+    problems = []
+    for inc in includes(page):
+        if inc.folded:
+            continue
+        lines = inc.lines
+        if len(lines) > MAX_OPEN_LINES:
+            problems.append(f"{inc.name}: {len(lines)} lines open (at most {MAX_OPEN_LINES})")
+        if has_raise(lines):
+            problems.append(f"{inc.name}: shows a raise open (fold the checks)")
+        for doc in long_docstrings(lines):
+            problems.append(f"{inc.name}: shows a docstring longer than one line open ({doc!r})")
+    assert not problems, "\n".join(problems)
+
+
+FILES = sorted(SNIPPETS.rglob("*.py"))
+
+
+@pytest.mark.parametrize("path", FILES, ids=[str(p.relative_to(SNIPPETS)) for p in FILES])
+def test_snippet_lines_fit_the_column(path):
+    long = [f"{path.name}:{i}: {len(l)} characters" for i, l in enumerate(path.read_text().splitlines(), 1)
+            if len(l) > MAX_LINE]
+    assert not long, "\n".join(long)
+
+
+def test_checks_are_at_most_a_quarter_of_snippet_code():
+    checks, code = checks_share()
+    assert checks / code <= 0.25, f"checks are {checks} of {code} code lines ({checks / code:.1%})"
+
+
+def test_the_shape_counter_sees_a_fold_and_a_raise(tmp_path, monkeypatch):
+    """The counter itself: a collapsed block hides an include, an open one does not."""
+    page = tmp_path / "p.md"
+    page.write_text('```python\n--8<-- "device.py"\n```\n\n??? note "Full"\n\n'
+                    '    ```python\n    --8<-- "device.py"\n    ```\n\n???+ note "Open"\n\n'
+                    '    --8<-- "device.py"\n')
+    found = includes(page)
+    assert [inc.folded for inc in found] == [False, True, False]
+    assert has_raise(["    if x:", "        raise ValueError('x')"])
+    assert long_docstrings(['    """One line."""']) == []
+    assert long_docstrings(['    """First.', "", '    More."""']) == ["First."]
