@@ -16,6 +16,14 @@ import page_shape  # noqa: E402
 
 
 def main() -> None:
+    if len(sys.argv) > 1:  # one area: python bench/page_shape.py modern
+        area = sys.argv[1]
+        checks, code = page_shape.checks_share(sorted((page_shape.SNIPPETS / area).rglob("*.py")))
+        opened = [inc for inc in page_shape.open_includes() if inc.page.parent.name == area]
+        print(f"{area}: checks {checks} of {code} code lines ({checks / code:.1%}); "
+              f"{len(opened)} open blocks, {sum(len(i.lines) > 20 for i in opened)} over 20 lines, "
+              f"{sum(page_shape.has_raise(i.lines) for i in opened)} with a raise")
+        return
     for name, value in page_shape.figures().items():
         print(f"{name}: {value:.1%}" if isinstance(value, float) and value < 1 and "share" in name
               else f"{name}: {value}")
