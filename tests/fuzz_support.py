@@ -271,6 +271,7 @@ FLAG = Bad()  # a bool: anything truthy works as True, so nothing to refuse
 NOT_FUZZED = {
     "distributed.context_parallel.PeerTimeoutError": "an exception class: its one argument is the message",
     "linear.sparse.AttentionCost": "a frozen dataclass of four counts, built only by the *_decode_cost functions",
+    "efficiency.prefix_cache.RadixCache": "its constructor takes no argument; insert and match take token lists",
 }
 
 
