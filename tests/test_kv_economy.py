@@ -205,3 +205,7 @@ def test_named_errors(device):
     with pytest.raises(ValueError, match=r"k_new must be"):
         PC.attend_with_prefix(torch.randn(1, 1, 2, 4), torch.randn(1, 1, 3, 4), torch.randn(1, 1, 3, 4),
                               torch.randn(1, 1, 5, 4), torch.randn(1, 1, 5, 4))
+
+
+def test_exercise_blocks():
+    assert len(PC.block_hashes(list(range(1000)), 16)) == 62

@@ -21,8 +21,8 @@ def document_masks(s):
     doc = document_ids(cu)
     t = len(doc)
     causal = torch.ones(t, t, dtype=torch.bool).tril()
-    fig, axes = s.figure(7.4, 3.0, ncols=3, adjust={"left": 0.06, "right": 0.98, "bottom": 0.16,
-                                                     "top": 0.86, "wspace": 0.35})
+    fig, axes = s.figure(7.4, 3.3, ncols=3, adjust={"left": 0.06, "right": 0.98, "bottom": 0.14,
+                                                     "top": 0.76, "wspace": 0.35})
     s.mask_grid(axes[0], causal, "causal only: leaks", colour=s.b)
     s.mask_grid(axes[1], document_mask(doc), "document mask", colour=s.a)
     g = torch.Generator().manual_seed(3)

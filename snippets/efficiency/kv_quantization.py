@@ -37,7 +37,7 @@ def fake_quantize(x: torch.Tensor, bits: int, dim: int) -> torch.Tensor:
 # --8<-- [end:quantize]
 
 
-# --8<-- [start:kivi]
+# --8<-- [start:kivi_keys]
 def kivi_keys(k: torch.Tensor, bits: int = 2, group: int = 32) -> torch.Tensor:
     """Keys per channel over groups of R tokens; the last T mod R stay exact."""
     _check_kivi(k, group, "k", bits)
@@ -47,8 +47,10 @@ def kivi_keys(k: torch.Tensor, bits: int = 2, group: int = 32) -> torch.Tensor:
     grouped = k[..., :full, :].reshape(*k.shape[:-2], full // group, group, d)
     quantized = fake_quantize(grouped, bits, dim=-2).reshape(*k.shape[:-2], full, d)
     return torch.cat([quantized, k[..., full:, :]], dim=-2)
+# --8<-- [end:kivi_keys]
 
 
+# --8<-- [start:kivi_values]
 def kivi_values(v: torch.Tensor, bits: int = 2, group: int = 32,
                 residual: int = 32) -> torch.Tensor:
     """Values per token over groups of G channels; the newest R stay exact."""
@@ -59,7 +61,7 @@ def kivi_values(v: torch.Tensor, bits: int = 2, group: int = 32,
     grouped = v[..., :old, :].reshape(*v.shape[:-2], old, d // group, group)
     quantized = fake_quantize(grouped, bits, dim=-1).reshape(*v.shape[:-2], old, d)
     return torch.cat([quantized, v[..., old:, :]], dim=-2)
-# --8<-- [end:kivi]
+# --8<-- [end:kivi_values]
 
 
 # --8<-- [start:fp8]
