@@ -41,7 +41,7 @@ __all__ = [
 # --8<-- [start:boundaries]
 def cu_seqlens_from_lengths(lengths: list[int]) -> torch.Tensor:
     """Cumulative lengths [0, l0, l0 + l1, ...] as int32, the varlen kernels' format."""
-    _check_lengths(lengths)
+    _check_doc_lengths(lengths)
     return torch.tensor([0, *lengths], dtype=torch.int64).cumsum(0).to(torch.int32)
 
 
@@ -205,7 +205,7 @@ def _describe(x: object) -> str:
     return type(x).__name__
 
 
-def _check_lengths(lengths: list[int]) -> None:
+def _check_doc_lengths(lengths: list[int]) -> None:
     if not lengths or any(not isinstance(n, int) or n < 1 for n in lengths):
         raise ValueError(f"lengths must be a non-empty list of ints >= 1, "
                          f"got {lengths!r}")
