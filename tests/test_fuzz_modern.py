@@ -20,13 +20,13 @@ from snippets.history import gpt as gpt_mod
 from snippets.linear import hybrid_memory as hybrid_mod
 from snippets.linear import sparse as sparse_mod
 from snippets.linear import ssd as ssd_mod
-from snippets.modern import block as modern_block
+from snippets.modern import modern_block as modern_block
 from snippets.modern import cache_size as modern_cache
-from snippets.modern import gates as modern_gates
+from snippets.modern import gates_and_caps as modern_gates
 from snippets.modern import latent_attention as modern_mla
 from snippets.modern import layer_patterns as modern_layers
-from snippets.modern import rope_scaling as modern_rope
-from snippets.modern import sinks as modern_sinks
+from snippets.modern import long_context_rope as modern_rope
+from snippets.modern import attention_sinks as modern_sinks
 
 
 def _gpt_config(s):
@@ -65,7 +65,7 @@ def _kernel_calls(fn, s, extra, extra_specs):
 # block.py
 
 
-@fuzz("modern.block.RMSNorm")
+@fuzz("modern.modern_block.RMSNorm")
 def _(s):
     return _module_calls(
         modern_block.RMSNorm, {"d": s.d, "eps": 1e-5}, {"d": POS_INT, "eps": Bad(0.0, -1.0, float("nan"), "1e-6", None)},
@@ -73,13 +73,13 @@ def _(s):
     )
 
 
-@fuzz("modern.block.SwiGLU")
+@fuzz("modern.modern_block.SwiGLU")
 def _(s):
     return _module_calls(modern_block.SwiGLU, {"d_model": s.d, "d_ff": 3}, {"d_model": POS_INT, "d_ff": POS_INT},
                          lambda mod, x: mod(x), {"x": r(s.b, s.n, s.d)}, {"x": T(min_rank=1, tied=(-1,))})
 
 
-@fuzz("modern.block.swiglu_width")
+@fuzz("modern.modern_block.swiglu_width")
 def _(s):
     return [Call(modern_block.swiglu_width, {"d_model": 4 * s.d, "multiple_of": 8, "ffn_dim_multiplier": 1.3},
                  {"d_model": POS_INT, "multiple_of": POS_INT,
@@ -114,7 +114,7 @@ def _rope_entries(module, area):
 _rope_entries(modern_block, "block")
 
 
-@fuzz("modern.block.sdpa_attend")
+@fuzz("modern.modern_block.sdpa_attend")
 def _(s):
     return _kernel_calls(modern_block.sdpa_attend, s, {}, {})
 
@@ -132,7 +132,7 @@ DECODER_INIT_SPECS = {
 }
 
 
-@fuzz("modern.block.DecoderAttention")
+@fuzz("modern.modern_block.DecoderAttention")
 def _(s):
     init = _decoder_attention_init(s)
     module = modern_block.DecoderAttention(**init)
@@ -149,7 +149,7 @@ def _(s):
     ]
 
 
-@fuzz("modern.block.DecoderLayer")
+@fuzz("modern.modern_block.DecoderLayer")
 def _(s):
     d_model = 4 * s.d
     init = {"attention": modern_block.DecoderAttention(d_model, 4, 2), "d_model": d_model, "d_ff": 3}
@@ -203,18 +203,18 @@ def _(s):
 CAP = Bad(0.0, -1.0, float("nan"), float("inf"), "50", None, True)
 
 
-@fuzz("modern.gates.softcap")
+@fuzz("modern.gates_and_caps.softcap")
 def _(s):
     return [Call(modern_gates.softcap, {"scores": r(s.b, s.n, s.m), "cap": 5.0},
                  {"scores": T(dtype_peer=False, device_peer=False), "cap": CAP})]
 
 
-@fuzz("modern.gates.softcap_attention")
+@fuzz("modern.gates_and_caps.softcap_attention")
 def _(s):
     return _kernel_calls(modern_gates.softcap_attention, s, {"cap": 5.0}, {"cap": CAP})
 
 
-@fuzz("modern.gates.SoftCap")
+@fuzz("modern.gates_and_caps.SoftCap")
 def _(s):
     module = modern_gates.SoftCap(5.0)
     forward = lambda **kw: module(kw.pop("q"), kw.pop("k"), kw.pop("v"), **kw)  # noqa: E731
@@ -222,7 +222,7 @@ def _(s):
             *[Call(forward, c.kwargs, c.specs, c.label) for c in _kernel_calls(module, s, {}, {})]]
 
 
-@fuzz("modern.gates.OutputGate")
+@fuzz("modern.gates_and_caps.OutputGate")
 def _(s):
     d_model = s.d + 1
     calls = []
@@ -237,7 +237,7 @@ def _(s):
     return calls
 
 
-@fuzz("modern.gates.split_fused_q_gate")
+@fuzz("modern.gates_and_caps.split_fused_q_gate")
 def _(s):
     return [Call(modern_gates.split_fused_q_gate, {"weight": r(2 * s.h * s.d, s.d + 1), "n_heads": s.h, "d_head": s.d},
                  {"weight": T(ANY, rank=2, tied=(0,), device_peer=False), "n_heads": POS_INT, "d_head": POS_INT})]
@@ -354,31 +354,31 @@ ROPE_FACTOR = Bad(0.5, float("nan"), float("inf"), "2", None, True)
 INV_FREQ = T(rank=1, dtype_peer=False, device_peer=False)
 
 
-@fuzz("modern.rope_scaling.rope_frequencies")
+@fuzz("modern.long_context_rope.rope_frequencies")
 def _(s):
     return [Call(modern_rope.rope_frequencies, {"d_rot": 2 * s.d, "base": 500.0},
                  {"d_rot": Bad(0, 3, 2.5, True, "4"), "base": ROPE_BASE})]
 
 
-@fuzz("modern.rope_scaling.rotary_dims")
+@fuzz("modern.long_context_rope.rotary_dims")
 def _(s):
     return [Call(modern_rope.rotary_dims, {"d_head": 8, "partial_rotary_factor": 0.5},
                  {"d_head": Bad(1, 2.5, True, "8"), "partial_rotary_factor": Bad(0.0, 1.5, 0.375, "0.5", None, True)})]
 
 
-@fuzz("modern.rope_scaling.linear_scaling")
+@fuzz("modern.long_context_rope.linear_scaling")
 def _(s):
     return [Call(modern_rope.linear_scaling, {"inv_freq": modern_rope.rope_frequencies(2 * s.d), "factor": 4.0},
                  {"inv_freq": INV_FREQ, "factor": ROPE_FACTOR})]
 
 
-@fuzz("modern.rope_scaling.ntk_aware_base")
+@fuzz("modern.long_context_rope.ntk_aware_base")
 def _(s):
     return [Call(modern_rope.ntk_aware_base, {"base": 500.0, "factor": 4.0, "d_rot": 2 * s.d + 2},
                  {"base": ROPE_BASE, "factor": ROPE_FACTOR, "d_rot": Bad(2, 5, 2.5, True, "8")})]
 
 
-@fuzz("modern.rope_scaling.dynamic_ntk_base")
+@fuzz("modern.long_context_rope.dynamic_ntk_base")
 def _(s):
     return [Call(modern_rope.dynamic_ntk_base,
                  {"base": 500.0, "factor": 2.0, "seq_len": 40, "original_length": 16, "d_rot": 2 * s.d + 2},
@@ -390,26 +390,26 @@ YARN_SPECS = {"original_length": POS_INT, "beta_fast": Bad(0.5, float("nan"), "3
               "beta_slow": Bad(0.0, -1.0, float("inf"), "1", None, True)}
 
 
-@fuzz("modern.rope_scaling.yarn_ramp")
+@fuzz("modern.long_context_rope.yarn_ramp")
 def _(s):
     return [Call(modern_rope.yarn_ramp, {"d_rot": 16, "base": 500.0, "original_length": 64, "beta_fast": 16.0},
                  {"d_rot": Bad(0, 3, 2.5, True, "4"), "base": ROPE_BASE, **YARN_SPECS})]
 
 
-@fuzz("modern.rope_scaling.yarn_scaling")
+@fuzz("modern.long_context_rope.yarn_scaling")
 def _(s):
     return [Call(modern_rope.yarn_scaling, {"d_rot": 16, "base": 500.0, "factor": 4.0, "original_length": 64},
                  {"d_rot": Bad(0, 3, 2.5, True, "4"), "base": ROPE_BASE, "factor": ROPE_FACTOR, **YARN_SPECS})]
 
 
-@fuzz("modern.rope_scaling.yarn_attention_factor")
+@fuzz("modern.long_context_rope.yarn_attention_factor")
 def _(s):
     mscale = Bad(-1.0, float("nan"), float("inf"), "1", True)
     return [Call(modern_rope.yarn_attention_factor, {"factor": 4.0, "mscale": 0.7, "mscale_all_dim": 1.0},
                  {"factor": ROPE_FACTOR, "mscale": mscale, "mscale_all_dim": mscale})]
 
 
-@fuzz("modern.rope_scaling.llama3_scaling")
+@fuzz("modern.long_context_rope.llama3_scaling")
 def _(s):
     return [Call(modern_rope.llama3_scaling,
                  {"inv_freq": modern_rope.rope_frequencies(16, 500.0), "factor": 8.0, "low_freq_factor": 1.0,
@@ -418,7 +418,7 @@ def _(s):
                   "high_freq_factor": Bad(0.5, float("inf"), "4", None), "original_length": POS_INT})]
 
 
-@fuzz("modern.rope_scaling.rope_inv_freq")
+@fuzz("modern.long_context_rope.rope_inv_freq")
 def _(s):
     fn = modern_rope.rope_inv_freq
     base = {"d_head": 8, "base": 500.0}
@@ -440,7 +440,7 @@ def _(s):
     ]
 
 
-@fuzz("modern.rope_scaling.rotary_angles")
+@fuzz("modern.long_context_rope.rotary_angles")
 def _(s):
     inv_freq = modern_rope.rope_frequencies(2 * s.d)
     return [
@@ -452,7 +452,7 @@ def _(s):
     ]
 
 
-@fuzz("modern.rope_scaling.apply_partial_rotary")
+@fuzz("modern.long_context_rope.apply_partial_rotary")
 def _(s):
     inv_freq = modern_rope.rope_frequencies(2 * s.d)
     cos, sin = modern_rope.rotary_angles(inv_freq, torch.arange(s.n))
@@ -467,7 +467,7 @@ def _(s):
     ]
 
 
-@fuzz("modern.rope_scaling.ScaledRotaryEmbedding")
+@fuzz("modern.long_context_rope.ScaledRotaryEmbedding")
 def _(s):
     d = 2 * s.d
     calls = []
@@ -487,7 +487,7 @@ def _(s):
     return calls
 
 
-@fuzz("modern.rope_scaling.nope_positions")
+@fuzz("modern.long_context_rope.nope_positions")
 def _(s):
     tokens = ids(s.b, s.n, high=5) + 1
     tokens[:, 0] = 0
@@ -498,13 +498,13 @@ def _(s):
 # sinks.py
 
 
-@fuzz("modern.sinks.sink_attention")
+@fuzz("modern.attention_sinks.sink_attention")
 def _(s):
     return _kernel_calls(modern_sinks.sink_attention, s, {"sinks": r(s.h)},
                          {"sinks": T(rank=1, tied=(0,), dtype_peer=False)})
 
 
-@fuzz("modern.sinks.LearnedSinks")
+@fuzz("modern.attention_sinks.LearnedSinks")
 def _(s):
     module = modern_sinks.LearnedSinks(s.h, init=0.5)
     forward = lambda **kw: module(kw.pop("q"), kw.pop("k"), kw.pop("v"), **kw)  # noqa: E731
@@ -513,14 +513,14 @@ def _(s):
             *[Call(forward, c.kwargs, c.specs, c.label) for c in _kernel_calls(module, s, {}, {})]]
 
 
-@fuzz("modern.sinks.sink_window_mask")
+@fuzz("modern.attention_sinks.sink_window_mask")
 def _(s):
     return [Call(modern_sinks.sink_window_mask, {"n_queries": s.n, "n_keys": s.n + s.m, "n_sink": 1, "window": 2},
                  {"n_queries": NONNEG_INT, "n_keys": Bad(s.n - 1, -1, 2.5, True, "5"), "n_sink": NONNEG_INT,
                   "window": POS_INT})]
 
 
-@fuzz("modern.sinks.SinkCache")
+@fuzz("modern.attention_sinks.SinkCache")
 def _(s):
     def update(**kw):
         cache = modern_sinks.SinkCache(1, 2)
@@ -535,7 +535,7 @@ def _(s):
     ]
 
 
-@fuzz("modern.sinks.streaming_attention")
+@fuzz("modern.attention_sinks.streaming_attention")
 def _(s):
     qkv_ = _heads(s, m=s.n, d_v=s.d)
     return [Call(modern_sinks.streaming_attention,

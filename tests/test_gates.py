@@ -1,4 +1,4 @@
-"""Tests for snippets/modern/gates.py, with torch alone.
+"""Tests for snippets/modern/gates_and_caps.py, with torch alone.
 
 Oracles: the equations written out here. Soft-capped attention:
 softmax(c tanh(QK^T / (c sqrt d)) + mask) V with a small cap, so that a cap in
@@ -18,8 +18,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.testing import assert_close
 
-from snippets.modern.block import DecoderAttention
-from snippets.modern.gates import OutputGate, SoftCap, softcap, softcap_attention, split_fused_q_gate
+from snippets.modern.modern_block import DecoderAttention
+from snippets.modern.gates_and_caps import OutputGate, SoftCap, softcap, softcap_attention, split_fused_q_gate
 
 
 def qkv(b=2, h=3, n=5, m=7, d=4, dtype=torch.float64, seed=0, spread=1.0):

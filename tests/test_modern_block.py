@@ -1,4 +1,4 @@
-"""Tests for snippets/modern/block.py, with torch alone.
+"""Tests for snippets/modern/modern_block.py, with torch alone.
 
 Oracles: torch.nn.RMSNorm; the RMSNorm, SwiGLU, RoPE and grouped-query
 attention equations written out here (a rotation matrix per plane, a loop over
@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.testing import assert_close
 
-from snippets.modern.block import (
+from snippets.modern.modern_block import (
     DecoderAttention,
     DecoderLayer,
     RMSNorm,

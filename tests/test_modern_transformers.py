@@ -26,9 +26,9 @@ import torch
 from torch import nn
 from torch.testing import assert_close
 
-from snippets.modern.block import DecoderAttention, DecoderLayer, RMSNorm, SwiGLU, rope_tables
-from snippets.modern.gates import OutputGate, SoftCap, split_fused_q_gate
-from snippets.modern.sinks import LearnedSinks, sink_window_mask
+from snippets.modern.modern_block import DecoderAttention, DecoderLayer, RMSNorm, SwiGLU, rope_tables
+from snippets.modern.gates_and_caps import OutputGate, SoftCap, split_fused_q_gate
+from snippets.modern.attention_sinks import LearnedSinks, sink_window_mask
 
 from transformers_support import require_transformers, skip_module_without_transformers, transformers
 

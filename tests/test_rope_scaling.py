@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch.testing import assert_close
 
 from snippets.attention.rotary import apply_rotary, rotary_cache
-from snippets.modern.rope_scaling import (
+from snippets.modern.long_context_rope import (
     ROPE_TYPES,
     ScaledRotaryEmbedding,
     apply_partial_rotary,

@@ -23,7 +23,7 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from snippets.modern.rope_scaling import ScaledRotaryEmbedding, apply_partial_rotary, rope_inv_freq, rotary_angles
+from snippets.modern.long_context_rope import ScaledRotaryEmbedding, apply_partial_rotary, rope_inv_freq, rotary_angles
 
 from transformers_support import require_transformers, skip_module_without_transformers, transformers
 

@@ -1,4 +1,4 @@
-"""Tests for snippets/modern/sinks.py, with torch alone.
+"""Tests for snippets/modern/attention_sinks.py, with torch alone.
 
 Oracles: the sink identity softmax([s, b])[:M] @ V = (softmax(s) @ V) *
 sigmoid(logsumexp(s) - b), with the plain output from
@@ -18,8 +18,8 @@ import torch
 import torch.nn.functional as F
 from torch.testing import assert_close
 
-from snippets.modern.block import DecoderAttention
-from snippets.modern.sinks import (
+from snippets.modern.modern_block import DecoderAttention
+from snippets.modern.attention_sinks import (
     LearnedSinks,
     SinkCache,
     apply_rope,

@@ -13,7 +13,7 @@ import matplotlib.pyplot as plt
 import torch
 import torch.nn.functional as F
 
-from snippets.modern.sinks import (
+from snippets.modern.attention_sinks import (
     SinkCache,
     apply_rope,
     rope_tables,

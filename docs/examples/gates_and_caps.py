@@ -12,8 +12,8 @@ import matplotlib.pyplot as plt
 import torch
 import torch.nn.functional as F
 
-from snippets.modern.block import DecoderAttention
-from snippets.modern.gates import OutputGate, softcap, softcap_attention
+from snippets.modern.modern_block import DecoderAttention
+from snippets.modern.gates_and_caps import OutputGate, softcap, softcap_attention
 
 torch.manual_seed(0)
 print(f"torch {torch.__version__}")

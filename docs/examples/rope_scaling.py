@@ -16,7 +16,7 @@ import _plotting  # noqa: F401  (white figures that read in both palettes)
 import matplotlib.pyplot as plt
 import torch
 
-from snippets.modern.rope_scaling import nope_positions, rope_frequencies, rope_inv_freq
+from snippets.modern.long_context_rope import nope_positions, rope_frequencies, rope_inv_freq
 
 print(f"torch {torch.__version__}")
 d, base, L, s = 128, 500000.0, 8192, 8.0
