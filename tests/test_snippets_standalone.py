@@ -251,7 +251,7 @@ SMOKE: dict[str, tuple[str, str]] = {
     ),
     "modern/latent_attention.py": (
         "a = m.MultiHeadLatentAttention(16, 2, kv_lora_rank=4, q_lora_rank=6, qk_nope_head_dim=4, rope_dim=2, v_head_dim=3).double()\n"
-        "x = torch.randn(1, 5, 16, dtype=torch.float64); c = m.LatentCache(1, 4, 2, 5, dtype=torch.float64)\n"
+        "x = torch.randn(1, 5, 16, dtype=torch.float64); c = a.make_cache(1, 5)\n"
         "y = torch.cat([a(x[:, :3], cache=c), a(x[:, 3:4], cache=c, absorbed=True), a(x[:, 4:], cache=c, absorbed=True)], 1)\n"
         "result = (tuple(y.shape), torch.allclose(y, a(x), atol=1e-12), c.nbytes)",
         "((1, 5, 16), True, 240)",

@@ -46,21 +46,21 @@ __all__ = [
 
 
 # --8<-- [start:checks]
-def _check_sizes(**sizes: object) -> None:
+def _check_counts(**sizes: object) -> None:
     """Every size is an int >= 1."""
     for name, value in sizes.items():
         if not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be an int >= 1, got {value!r}")
 
 
-def _check_number(name: str, value: object, low: float = 0.0) -> None:
+def _check_num(name: str, value: object, low: float = 0.0) -> None:
     """None, or a finite number > low."""
     ok = isinstance(value, (int, float)) and low < value < math.inf
     if value is not None and not ok:
         raise ValueError(f"{name} must be a finite number > {low}, got {value!r}")
 
 
-def _check_tensor(name: str, t: object, shape: tuple, like=None, dtype=True) -> None:
+def _check_float_tensor(name: str, t: object, shape: tuple, like=None, dtype=True):
     """A floating tensor of ``shape`` (None: any size) on like's device (and dtype)."""
     if not isinstance(t, torch.Tensor) or not t.is_floating_point():
         got = t.dtype if isinstance(t, torch.Tensor) else type(t).__name__
@@ -76,7 +76,7 @@ def _check_tensor(name: str, t: object, shape: tuple, like=None, dtype=True) -> 
         raise TypeError(f"{name} must have dtype {like.dtype}, got {t.dtype}")
 
 
-def _check_mask(name: str, mask: object, shape: tuple, device: torch.device) -> None:
+def _check_bool_mask(name: str, mask: object, shape: tuple, device) -> None:
     """None, or a boolean mask that broadcasts to ``shape`` without enlarging it."""
     if mask is None:
         return
@@ -94,12 +94,12 @@ def _check_mask(name: str, mask: object, shape: tuple, device: torch.device) -> 
 
 def _check_attend_args(q, k, v, attn_mask, scale) -> None:
     """q (B, H, N, d), k (B, H, M, d), v (B, H, M, d_v), a mask for (B, H, N, M)."""
-    _check_tensor("q", q, (None,) * 4)
+    _check_float_tensor("q", q, (None,) * 4)
     b, h, n, d = q.shape
-    _check_tensor("k", k, (b, h, None, d), like=q)
-    _check_tensor("v", v, (b, h, k.shape[2], None), like=q)
-    _check_mask("attn_mask", attn_mask, (b, h, n, k.shape[2]), q.device)
-    _check_number("scale", scale)
+    _check_float_tensor("k", k, (b, h, None, d), like=q)
+    _check_float_tensor("v", v, (b, h, k.shape[2], None), like=q)
+    _check_bool_mask("attn_mask", attn_mask, (b, h, n, k.shape[2]), q.device)
+    _check_num("scale", scale)
 # --8<-- [end:checks]
 
 
@@ -217,7 +217,7 @@ def sink_attention(
         ``(B, H, N, d_v)``; scores and softmax run in float32 for half inputs.
     """
     _check_attend_args(q, k, v, attn_mask, scale)
-    _check_tensor("sinks", sinks, (q.shape[1],), like=q, dtype=False)
+    _check_float_tensor("sinks", sinks, (q.shape[1],), like=q, dtype=False)
     scale = q.shape[-1] ** -0.5 if scale is None else scale
     acc = torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype
     q, k, w, s = q.to(acc), k.to(acc), v.to(acc), sinks.to(acc)
@@ -236,8 +236,8 @@ class LearnedSinks(nn.Module):
 
     def __init__(self, n_heads: int, init: float = 0.0) -> None:
         super().__init__()
-        _check_sizes(n_heads=n_heads)
-        _check_number("init", init, -math.inf)
+        _check_counts(n_heads=n_heads)
+        _check_num("init", init, -math.inf)
         self.sinks = nn.Parameter(torch.full((n_heads,), float(init)))
 
     # --8<-- [start:learned_sinks]
@@ -273,7 +273,7 @@ def sink_window_mask(
     Returns:
         ``(n_queries, n_keys)``, boolean.
     """
-    _check_sizes(window=window)
+    _check_counts(window=window)
     if not all(isinstance(a, int) and a >= 0 for a in (n_queries, n_keys, n_sink)) \
             or n_queries > n_keys:
         raise ValueError(f"n_queries, n_keys and n_sink must be ints >= 0 with "
@@ -297,7 +297,7 @@ class SinkCache:
     """
 
     def __init__(self, n_sink: int, window: int) -> None:
-        _check_sizes(window=window)
+        _check_counts(window=window)
         if not isinstance(n_sink, int) or n_sink < 0:
             raise ValueError(f"n_sink must be an int >= 0, got {n_sink!r}")
         self.n_sink, self.window = n_sink, window
@@ -332,9 +332,9 @@ class SinkCache:
         k_shape = (None,) * 4
         if old_k is not None:
             k_shape = (*old_k.shape[:2], None, old_k.shape[3])
-        _check_tensor("k", k, k_shape, like=old_k)
+        _check_float_tensor("k", k, k_shape, like=old_k)
         v_shape = (*k.shape[:3], None if old_v is None else old_v.shape[3])
-        _check_tensor("v", v, v_shape, like=k)
+        _check_float_tensor("v", v, v_shape, like=k)
 
 
 # --8<-- [start:streaming]
@@ -385,7 +385,7 @@ def streaming_attention(
         raise ValueError(f"q and k must have one length N and positions must be "
                          f"'cache' or 'original', got {q.shape[-2]}, {k.shape[-2]}, "
                          f"{positions!r}")
-    _check_number("base", base, 1.0)
+    _check_num("base", base, 1.0)
     acc = torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype
     renumber = positions == "cache"
     q, k, w = q.to(acc), k.to(acc), v.to(acc)

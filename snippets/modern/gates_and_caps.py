@@ -37,21 +37,21 @@ __all__ = [
 
 
 # --8<-- [start:checks]
-def _check_sizes(**sizes: object) -> None:
+def _check_counts(**sizes: object) -> None:
     """Every size is an int >= 1."""
     for name, value in sizes.items():
         if not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be an int >= 1, got {value!r}")
 
 
-def _check_number(name: str, value: object, low: float = 0.0) -> None:
+def _check_num(name: str, value: object, low: float = 0.0) -> None:
     """None, or a finite number > low."""
     ok = isinstance(value, (int, float)) and low < value < math.inf
     if value is not None and not ok:
         raise ValueError(f"{name} must be a finite number > {low}, got {value!r}")
 
 
-def _check_tensor(name: str, t: object, shape: tuple, like=None, dtype=True) -> None:
+def _check_float_tensor(name: str, t: object, shape: tuple, like=None, dtype=True):
     """A floating tensor of ``shape`` (None: any size) on like's device (and dtype)."""
     if not isinstance(t, torch.Tensor) or not t.is_floating_point():
         got = t.dtype if isinstance(t, torch.Tensor) else type(t).__name__
@@ -67,7 +67,7 @@ def _check_tensor(name: str, t: object, shape: tuple, like=None, dtype=True) -> 
         raise TypeError(f"{name} must have dtype {like.dtype}, got {t.dtype}")
 
 
-def _check_mask(name: str, mask: object, shape: tuple, device: torch.device) -> None:
+def _check_bool_mask(name: str, mask: object, shape: tuple, device) -> None:
     """None, or a boolean mask that broadcasts to ``shape`` without enlarging it."""
     if mask is None:
         return
@@ -85,12 +85,12 @@ def _check_mask(name: str, mask: object, shape: tuple, device: torch.device) -> 
 
 def _check_attend_args(q, k, v, attn_mask, scale) -> None:
     """q (B, H, N, d), k (B, H, M, d), v (B, H, M, d_v), a mask for (B, H, N, M)."""
-    _check_tensor("q", q, (None,) * 4)
+    _check_float_tensor("q", q, (None,) * 4)
     b, h, n, d = q.shape
-    _check_tensor("k", k, (b, h, None, d), like=q)
-    _check_tensor("v", v, (b, h, k.shape[2], None), like=q)
-    _check_mask("attn_mask", attn_mask, (b, h, n, k.shape[2]), q.device)
-    _check_number("scale", scale)
+    _check_float_tensor("k", k, (b, h, None, d), like=q)
+    _check_float_tensor("v", v, (b, h, k.shape[2], None), like=q)
+    _check_bool_mask("attn_mask", attn_mask, (b, h, n, k.shape[2]), q.device)
+    _check_num("scale", scale)
 # --8<-- [end:checks]
 
 
@@ -124,7 +124,7 @@ def capped_attention(q, k, v, cap: float, allowed, scale: float) -> torch.Tensor
 
 
 def _check_softcap(scores: object, cap: object) -> None:
-    _check_number("cap", cap)
+    _check_num("cap", cap)
     if not isinstance(scores, torch.Tensor) or not scores.is_floating_point():
         is_tensor = isinstance(scores, torch.Tensor)
         got = scores.dtype if is_tensor else type(scores).__name__
@@ -155,7 +155,7 @@ def softcap_attention(
         softmax run in float32 for half inputs.
     """
     _check_attend_args(q, k, v, attn_mask, scale)
-    _check_number("cap", cap)
+    _check_num("cap", cap)
     scale = q.shape[-1] ** -0.5 if scale is None else scale
     acc = torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype
     out = capped_attention(q.to(acc), k.to(acc), v.to(acc), cap, attn_mask, scale)
@@ -173,7 +173,7 @@ class SoftCap(nn.Module):
 
     def __init__(self, cap: float = 50.0) -> None:
         super().__init__()
-        _check_number("cap", cap)
+        _check_num("cap", cap)
         self.cap = float(cap)
 
     def forward(self, q, k, v, attn_mask=None, scale=None) -> torch.Tensor:
@@ -207,7 +207,7 @@ class OutputGate(nn.Module):
         bias: bool = False,
     ) -> None:
         super().__init__()
-        _check_sizes(d_model=d_model, n_heads=n_heads, d_head=d_head)
+        _check_counts(d_model=d_model, n_heads=n_heads, d_head=d_head)
         if per not in ("element", "head"):
             raise ValueError(f"per must be 'element' or 'head', got {per!r}")
         self.n_heads, self.d_head, self.per = n_heads, d_head, per
@@ -226,8 +226,8 @@ class OutputGate(nn.Module):
 
     def _check_forward(self, x: torch.Tensor, out: torch.Tensor) -> None:
         w = self.gate_proj.weight
-        _check_tensor("x", x, (None, None, w.shape[1]), w)
-        _check_tensor("out", out, (*x.shape[:2], self.n_heads * self.d_head), w)
+        _check_float_tensor("x", x, (None, None, w.shape[1]), w)
+        _check_float_tensor("out", out, (*x.shape[:2], self.n_heads * self.d_head), w)
 
 
 def split_fused_q_gate(
@@ -246,8 +246,8 @@ def split_fused_q_gate(
     Returns:
         ``(q_weight, gate_weight)``, each ``(H * d, D)``.
     """
-    _check_sizes(n_heads=n_heads, d_head=d_head)
-    _check_tensor("weight", weight, (2 * n_heads * d_head, None))
+    _check_counts(n_heads=n_heads, d_head=d_head)
+    _check_float_tensor("weight", weight, (2 * n_heads * d_head, None))
     per_head = weight.view(n_heads, 2 * d_head, -1)  # (H * 2d, D) -> (H, 2d, D)
     q_weight = per_head[:, :d_head].reshape(n_heads * d_head, -1)  # (H * d, D)
     gate_weight = per_head[:, d_head:].reshape(n_heads * d_head, -1)  # (H * d, D)

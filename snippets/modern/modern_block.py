@@ -65,21 +65,21 @@ __all__ = [
 
 
 # --8<-- [start:checks]
-def _check_sizes(**sizes: object) -> None:
+def _check_counts(**sizes: object) -> None:
     """Every size is an int >= 1."""
     for name, value in sizes.items():
         if not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be an int >= 1, got {value!r}")
 
 
-def _check_number(name: str, value: object, low: float = 0.0) -> None:
+def _check_num(name: str, value: object, low: float = 0.0) -> None:
     """None, or a finite number > low."""
     ok = isinstance(value, (int, float)) and low < value < math.inf
     if value is not None and not ok:
         raise ValueError(f"{name} must be a finite number > {low}, got {value!r}")
 
 
-def _check_tensor(name: str, t: object, shape: tuple, like=None, dtype=True) -> None:
+def _check_float_tensor(name: str, t: object, shape: tuple, like=None, dtype=True):
     """A floating tensor of ``shape`` (None: any size) on like's device (and dtype)."""
     if not isinstance(t, torch.Tensor) or not t.is_floating_point():
         got = t.dtype if isinstance(t, torch.Tensor) else type(t).__name__
@@ -95,7 +95,7 @@ def _check_tensor(name: str, t: object, shape: tuple, like=None, dtype=True) -> 
         raise TypeError(f"{name} must have dtype {like.dtype}, got {t.dtype}")
 
 
-def _check_mask(name: str, mask: object, shape: tuple, device: torch.device) -> None:
+def _check_bool_mask(name: str, mask: object, shape: tuple, device) -> None:
     """None, or a boolean mask that broadcasts to ``shape`` without enlarging it."""
     if mask is None:
         return
@@ -113,12 +113,12 @@ def _check_mask(name: str, mask: object, shape: tuple, device: torch.device) -> 
 
 def _check_attend_args(q, k, v, attn_mask, scale) -> None:
     """q (B, H, N, d), k (B, H, M, d), v (B, H, M, d_v), a mask for (B, H, N, M)."""
-    _check_tensor("q", q, (None,) * 4)
+    _check_float_tensor("q", q, (None,) * 4)
     b, h, n, d = q.shape
-    _check_tensor("k", k, (b, h, None, d), like=q)
-    _check_tensor("v", v, (b, h, k.shape[2], None), like=q)
-    _check_mask("attn_mask", attn_mask, (b, h, n, k.shape[2]), q.device)
-    _check_number("scale", scale)
+    _check_float_tensor("k", k, (b, h, None, d), like=q)
+    _check_float_tensor("v", v, (b, h, k.shape[2], None), like=q)
+    _check_bool_mask("attn_mask", attn_mask, (b, h, n, k.shape[2]), q.device)
+    _check_num("scale", scale)
 # --8<-- [end:checks]
 
 
@@ -210,8 +210,8 @@ class RMSNorm(nn.Module):
 
     def __init__(self, d: int, eps: float = 1e-6) -> None:
         super().__init__()
-        _check_sizes(d=d)
-        _check_number("eps", eps)
+        _check_counts(d=d)
+        _check_num("eps", eps)
         self.d, self.eps = d, float(eps)
         self.weight = nn.Parameter(torch.ones(d))
 
@@ -229,7 +229,7 @@ class RMSNorm(nn.Module):
     def _check_forward(self, x: torch.Tensor) -> None:
         rank = x.dim() if isinstance(x, torch.Tensor) and x.dim() else 1
         shape = (None,) * (rank - 1) + (self.d,)
-        _check_tensor("x", x, shape, self.weight, dtype=False)
+        _check_float_tensor("x", x, shape, self.weight, dtype=False)
 
     def extra_repr(self) -> str:
         return f"{self.d}, eps={self.eps}"
@@ -250,7 +250,7 @@ class SwiGLU(nn.Module):
 
     def __init__(self, d_model: int, d_ff: int, *, bias: bool = False) -> None:
         super().__init__()
-        _check_sizes(d_model=d_model, d_ff=d_ff)
+        _check_counts(d_model=d_model, d_ff=d_ff)
         self.gate_proj = nn.Linear(d_model, d_ff, bias=bias)  # W: D -> d_ff
         self.up_proj = nn.Linear(d_model, d_ff, bias=bias)  # V: D -> d_ff
         self.down_proj = nn.Linear(d_ff, d_model, bias=bias)  # W_2: d_ff -> D
@@ -259,7 +259,7 @@ class SwiGLU(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """W_2 (silu(x W) * (x V))."""
         w = self.gate_proj.weight
-        _check_tensor("x", x, (None, None, w.shape[1]), w)
+        _check_float_tensor("x", x, (None, None, w.shape[1]), w)
         # (B, N, D) -> (B, N, d_ff)
         hidden = F.silu(self.gate_proj(x)) * self.up_proj(x)
         return self.down_proj(hidden)  # (B, N, d_ff) -> (B, N, D)
@@ -282,8 +282,8 @@ def swiglu_width(
         The width: ``swiglu_width(4096)`` = 11008 (Llama 2 7B),
         ``swiglu_width(4096, 1024, 1.3)`` = 14336 (Llama 3 8B).
     """
-    _check_sizes(d_model=d_model, multiple_of=multiple_of)
-    _check_number("ffn_dim_multiplier", ffn_dim_multiplier)
+    _check_counts(d_model=d_model, multiple_of=multiple_of)
+    _check_num("ffn_dim_multiplier", ffn_dim_multiplier)
     hidden = int(2 * (4 * d_model) / 3)
     if ffn_dim_multiplier is not None:
         hidden = int(ffn_dim_multiplier * hidden)
@@ -308,8 +308,8 @@ def meta_to_half_split(weight: torch.Tensor, n_heads: int) -> torch.Tensor:
     Returns:
         ``(H * d, D)``: row 2i + c of each head moves to c * d/2 + i.
     """
-    _check_sizes(n_heads=n_heads)
-    _check_tensor("weight", weight, (None, None))
+    _check_counts(n_heads=n_heads)
+    _check_float_tensor("weight", weight, (None, None))
     if weight.shape[0] % (2 * n_heads):
         raise ValueError(f"weight must have H * d rows with d even, H = {n_heads}, "
                          f"got {weight.shape[0]} rows")
@@ -404,8 +404,8 @@ class DecoderAttention(nn.Module):
                          rotary_dim, attend, output_gate)
         d_head = d_model // n_heads if d_head is None else d_head
         rotary_dim = d_head if rotary_dim is None else rotary_dim
-        _check_number("norm_eps", norm_eps)
-        _check_number("scale", scale)
+        _check_num("norm_eps", norm_eps)
+        _check_num("scale", scale)
         self.n_heads, self.n_kv_heads, self.d_head = n_heads, n_kv_heads, d_head
         self.qk_norm, self.rope_base, self.rotary_dim = qk_norm, rope_base, rotary_dim
         self.interleaved = interleaved
@@ -425,7 +425,7 @@ class DecoderAttention(nn.Module):
     @staticmethod
     def _check_init(d_model, n_heads, n_kv_heads, d_head, qk_norm, rope_base,
                     rotary_dim, attend, output_gate) -> None:
-        _check_sizes(d_model=d_model, n_heads=n_heads, n_kv_heads=n_kv_heads)
+        _check_counts(d_model=d_model, n_heads=n_heads, n_kv_heads=n_kv_heads)
         if n_heads % n_kv_heads:
             raise ValueError(f"n_kv_heads must divide n_heads = {n_heads}, "
                              f"got {n_kv_heads}")
@@ -434,11 +434,11 @@ class DecoderAttention(nn.Module):
                              f"d_head is None, got {d_model}")
         d_head = d_model // n_heads if d_head is None else d_head
         rotary_dim = d_head if rotary_dim is None else rotary_dim
-        _check_sizes(d_head=d_head)
+        _check_counts(d_head=d_head)
         if qk_norm not in (None, "head", "full"):
             raise ValueError(f"qk_norm must be None, 'head' or 'full', got {qk_norm!r}")
         if rope_base is not None:
-            _check_number("rope_base", rope_base, 1.0)
+            _check_num("rope_base", rope_base, 1.0)
             even = isinstance(rotary_dim, int) and rotary_dim % 2 == 0
             if not even or not 2 <= rotary_dim <= d_head:
                 raise ValueError(f"rotary_dim must be even in [2, d_head = {d_head}], "
@@ -486,9 +486,10 @@ class DecoderAttention(nn.Module):
     # --8<-- [end:forward]
 
     def _check_forward(self, x, attn_mask, positions) -> None:
-        _check_tensor("x", x, (None, None, self.q_proj.in_features), self.q_proj.weight)
+        w = self.q_proj.weight
+        _check_float_tensor("x", x, (None, None, w.shape[1]), w)
         b, n, _ = x.shape
-        _check_mask("attn_mask", attn_mask, (b, self.n_heads, n, n), x.device)
+        _check_bool_mask("attn_mask", attn_mask, (b, self.n_heads, n, n), x.device)
         if positions is not None and (not isinstance(positions, torch.Tensor)
                                       or positions.shape not in ((n,), (b, n))):
             is_tensor = isinstance(positions, torch.Tensor)
@@ -529,7 +530,7 @@ class DecoderLayer(nn.Module):
         if not isinstance(attention, nn.Module):
             got = type(attention).__name__
             raise TypeError(f"attention must be an nn.Module, got {got}")
-        _check_sizes(d_model=d_model)
+        _check_counts(d_model=d_model)
         self.self_attn = attention
         self.mlp = SwiGLU(d_model, d_ff)
         self.input_layernorm = RMSNorm(d_model, norm_eps)  # before attention
@@ -539,7 +540,7 @@ class DecoderLayer(nn.Module):
     def forward(self, x, *, attn_mask=None, positions=None):
         """Pre-norm: each branch reads a normalised copy and adds its result back."""
         w = self.mlp.gate_proj.weight
-        _check_tensor("x", x, (None, None, w.shape[1]), w)
+        _check_float_tensor("x", x, (None, None, w.shape[1]), w)
         # The residual stream itself is never normalised.
         normed = self.input_layernorm(x)
         # (B, N, D) + (B, N, D)
