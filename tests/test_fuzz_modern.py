@@ -44,7 +44,7 @@ def _gpt_block(c):
 MODERN_INT = Bad(0, -1, 2.5, True, "2", None)  # an int >= 1 that must be given
 HEADS = {"q": T(rank=4, tied=(0, 1, 3), names=("k", "v")), "k": T(rank=4, tied=(0, 1, 2, 3), names=("q", "v")),
          "v": T(rank=4, tied=(0, 1, 2), names=("q", "k"))}
-HEADS_MASK = T(BOOL, min_rank=2, tied=(-2, -1), lead_fixed=True)  # (N, M) or (B, H or 1, N, M)
+HEADS_MASK = T(BOOL, tied=(-2, -1), lead_fixed=True)  # anything that broadcasts to (B, H, N, M)
 
 
 def _heads(s, *, n=None, m=None, d_v=None):
@@ -58,11 +58,13 @@ def _kernel_calls(fn, s, extra, extra_specs):
         Call(fn, {**_heads(s), **extra, "scale": 0.5}, {**HEADS, **extra_specs, "scale": SCALE}, "plain"),
         Call(fn, {**_heads(s), **extra, "attn_mask": ones(s.n, s.m)}, {"attn_mask": HEADS_MASK}, "(N, M) mask"),
         Call(fn, {**_heads(s), **extra, "attn_mask": ones(s.b, 1, s.n, s.m)},
-             {"attn_mask": T(BOOL, rank=4, tied=(0, 2, 3))}, "(B, 1, N, M) mask"),
+             {"attn_mask": T(BOOL, tied=(0, 2, 3), lead_fixed=True)}, "(B, 1, N, M) mask"),
+        Call(fn, {**_heads(s), **extra, "attn_mask": ones(s.b, 1, 1, s.m)},
+             {"attn_mask": T(BOOL, tied=(0, 3), lead_fixed=True)}, "(B, 1, 1, M) key mask"),
     ]
 
 
-# block.py
+# modern_block.py
 
 
 @fuzz("modern.modern_block.RMSNorm")
@@ -87,31 +89,40 @@ def _(s):
 
 
 def _rope_entries(module, area):
-    @fuzz(f"modern.{area}.rope_tables")
+    """The canonical RoPE helpers, pasted into each file that rotates."""
+    @fuzz(f"modern.{area}.rotary_tables")
     def _(s):
         return [
-            Call(module.rope_tables, {"positions": torch.arange(s.n), "rotary_dim": 2 * s.d, "base": 500.0},
-                 {"positions": T(INT, min_rank=1, device_peer=False), "rotary_dim": Bad(0, 3, 2.5, True, "4"),
-                  "base": Bad(1.0, 0.5, float("nan"), float("inf"), "1e4", None, True)}, "(N,)"),
-            Call(module.rope_tables, {"positions": ids(s.b, s.n, high=9), "rotary_dim": 2 * s.d},
+            Call(module.rotary_tables, {"positions": torch.arange(s.n), "rotary_dim": 2 * s.d, "base": 500.0},
+                 {"positions": T(INT, min_rank=1, device_peer=False), "rotary_dim": Bad(0, 3, 2.5),
+                  "base": Bad(1.0, 0.5, float("nan"), float("inf"), None)}, "(N,)"),
+            Call(module.rotary_tables, {"positions": ids(s.b, s.n, high=9), "rotary_dim": 2 * s.d},
                  {"positions": Bad(torch.zeros(2, 2, 2, dtype=torch.long), torch.tensor(3))}, "(B, N)"),
         ]
 
-    @fuzz(f"modern.{area}.apply_rope")
+    @fuzz(f"modern.{area}.apply_rotary")
     def _(s):
-        cos, sin = module.rope_tables(torch.arange(s.n), 2 * s.d)
-        bcos, bsin = module.rope_tables(ids(s.b, s.n, high=9), 2 * s.d)
-        table = T(min_rank=2, tied=(-2, -1), dtype_peer=False, lead_fixed=True, names=("cos", "sin"))
+        cos, sin = module.rotary_tables(torch.arange(s.n), 2 * s.d)
+        bcos, bsin = module.rotary_tables(ids(s.b, s.n, high=9), 2 * s.d)
+        # The canonical check does not refuse an integer table (ANY): it would be cast.
+        table = T(ANY, tied=(-2, -1), lead_fixed=True, names=("cos", "sin"))
         x = r(s.b, s.h, s.n, 2 * s.d)
         return [
-            Call(module.apply_rope, {"x": x, "cos": cos, "sin": sin},
-                 {"x": T(rank=4, tied=(2,), dtype_peer=False, names=("cos",)), "cos": table, "sin": table}, "(N, r/2)"),
-            Call(module.apply_rope, {"x": x, "cos": bcos, "sin": bsin},
-                 {"x": T(rank=4, tied=(0, 2), dtype_peer=False, names=("cos",))}, "(B, N, r/2)"),
-        ]
+            Call(module.apply_rotary, {"x": x, "cos": cos, "sin": sin, "interleaved": interleaved},
+                 {"x": T(rank=4, tied=(2,), dtype_peer=False, names=("cos",)), "cos": table, "sin": table},
+                 f"(N, r/2), interleaved={interleaved}")
+            for interleaved in (False, True)
+        ] + [Call(module.apply_rotary, {"x": x, "cos": bcos, "sin": bsin},
+                  {"x": T(rank=4, tied=(0, 2), dtype_peer=False, names=("cos",))}, "(B, N, r/2)")]
 
 
-_rope_entries(modern_block, "block")
+_rope_entries(modern_block, "modern_block")
+
+
+@fuzz("modern.modern_block.meta_to_half_split")
+def _(s):
+    return [Call(modern_block.meta_to_half_split, {"weight": r(s.h * 2 * s.d, s.d + 1), "n_heads": s.h},
+                 {"weight": T(rank=2, tied=(0,), device_peer=False, dtype_peer=False), "n_heads": POS_INT})]
 
 
 @fuzz("modern.modern_block.sdpa_attend")
@@ -141,10 +152,11 @@ def _(s):
     return [
         Call(modern_block.DecoderAttention, init, DECODER_INIT_SPECS, "init"),
         Call(forward, {"x": x, "attn_mask": ones(s.n, s.n), "positions": torch.arange(s.n) + 2},
-             {"x": T(rank=3, tied=(1, -1), names=("attn_mask", "positions")), "attn_mask": T(BOOL, rank=2, tied=(0, 1)),
-              "positions": T(INT, min_rank=1, tied=(0,), device_peer=False)}, "forward"),
+             {"x": T(rank=3, tied=(1, -1), names=("attn_mask", "positions")),
+              "attn_mask": T(BOOL, tied=(0, 1), lead_fixed=True),
+              "positions": T(INT, min_rank=1, tied=(0,))}, "forward"),
         Call(forward, {"x": x, "attn_mask": ones(s.b, 1, s.n, s.n), "positions": ids(s.b, s.n, high=9)},
-             {"attn_mask": T(BOOL, rank=4, tied=(0, 2, 3)), "positions": T(INT, tied=(0, 1), device_peer=False)},
+             {"attn_mask": T(BOOL, tied=(0, 2, 3), lead_fixed=True), "positions": T(INT, tied=(0, 1))},
              "batched"),
     ]
 
@@ -155,9 +167,10 @@ def _(s):
     init = {"attention": modern_block.DecoderAttention(d_model, 4, 2), "d_model": d_model, "d_ff": 3}
     return _module_calls(
         modern_block.DecoderLayer, init,
-        {"attention": NOT_A_MODULE, "d_model": POS_INT, "d_ff": POS_INT, "norm_eps": Bad(0.0, "1e-6", None)},
+        {"attention": NOT_A_MODULE, "d_model": POS_INT, "d_ff": POS_INT,
+         "norm_eps": Bad(0.0, "1e-6", None, names=("eps",))},
         lambda mod, **kw: mod(kw.pop("x"), **kw), {"x": r(s.b, s.n, d_model), "attn_mask": ones(s.n, s.n)},
-        {"x": T(rank=3, tied=(1, -1), names=("attn_mask",)), "attn_mask": T(BOOL, rank=2, tied=(0, 1))},
+        {"x": T(rank=3, tied=(1, -1), names=("attn_mask",)), "attn_mask": T(BOOL, tied=(0, 1), lead_fixed=True)},
     )
 
 
@@ -198,7 +211,7 @@ def _(s):
                   "bytes_per_element": POS_INT})]
 
 
-# gates.py
+# gates_and_caps.py
 
 CAP = Bad(0.0, -1.0, float("nan"), float("inf"), "50", None, True)
 
@@ -246,23 +259,6 @@ def _(s):
 # latent_attention.py
 
 
-@fuzz("modern.latent_attention.latent_rope_angles")
-def _(s):
-    return [Call(modern_mla.latent_rope_angles, {"positions": torch.arange(s.n) + 3, "dim": 2 * s.d, "base": 500.0},
-                 {"positions": T(INT, rank=1, device_peer=False), "dim": Bad(0, 3, 2.5, True, "4"),
-                  "base": Bad(1.0, float("nan"), float("inf"), "1e4", None, True)})]
-
-
-@fuzz("modern.latent_attention.rotate_rope_part")
-def _(s):
-    cos, sin = modern_mla.latent_rope_angles(torch.arange(s.n), 2 * s.d)
-    table = T(rank=2, tied=(0, 1), dtype_peer=False, names=("cos", "sin"))
-    return [Call(modern_mla.rotate_rope_part,
-                 {"x": r(s.b, s.h, s.n, 2 * s.d), "cos": cos, "sin": sin, "interleaved": interleaved},
-                 {"x": T(min_rank=2, tied=(-2, -1), dtype_peer=False, names=("cos",)), "cos": table, "sin": table},
-                 f"interleaved={interleaved}") for interleaved in (True, False)]
-
-
 LATENT_C = T(rank=3, tied=(0, 2), names=("k_rope",))
 LATENT_K_ROPE = T(rank=3, tied=(0, 1, 2), names=("c",))
 
@@ -289,7 +285,7 @@ def _(s):
     module = modern_mla.MultiHeadLatentAttention(**init)
     x = r(s.b, s.n, init["d_model"])
     forward = lambda **kw: module(kw.pop("x"), **kw)  # noqa: E731
-    cache = lambda: modern_mla.LatentCache(s.b, 3, 2, s.n + 3)  # noqa: E731
+    cache = lambda: module.make_cache(s.b, s.n + 3)  # noqa: E731
     calls = [Call(modern_mla.MultiHeadLatentAttention, init,
                   {"d_model": POS_INT, "n_heads": POS_INT, "kv_lora_rank": POS_INT, "q_lora_rank": Bad(0, 2.5, True, "2"),
                    "qk_nope_head_dim": POS_INT, "rope_dim": Bad(0, 3, 2.5, True, "2"), "v_head_dim": POS_INT,
@@ -347,7 +343,7 @@ def _(s):
                  {"layer_types": Bad([], "full_attention", 3, None, ["global"], ["full_attention", 3])})]
 
 
-# rope_scaling.py
+# long_context_rope.py
 
 ROPE_BASE = Bad(1.0, 0.5, float("nan"), float("inf"), "1e4", None, True)
 ROPE_FACTOR = Bad(0.5, float("nan"), float("inf"), "2", None, True)
@@ -495,7 +491,7 @@ def _(s):
                  {"tokens": T(INT, rank=2, device_peer=False), "bos_id": Bad("0", 2.5, None, True, 1)})]
 
 
-# sinks.py
+# attention_sinks.py
 
 
 @fuzz("modern.attention_sinks.sink_attention")
@@ -545,7 +541,8 @@ def _(s):
                   "base": Bad(1.0, float("nan"), "1e4", None, True)})]
 
 
-_rope_entries(modern_sinks, "sinks")
+_rope_entries(modern_sinks, "attention_sinks")
+_rope_entries(modern_mla, "latent_attention")
 
 
 # (end of modern/)

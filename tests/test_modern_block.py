@@ -363,7 +363,7 @@ def bad_heads():
         (lambda: swiglu_width(64, 8, -1.0), ValueError, r"ffn_dim_multiplier must be a finite number > 0.0, got -1.0"),
         (lambda: swiglu_width(64, 8, float("inf")), ValueError, r"ffn_dim_multiplier must be a finite number > 0.0, got inf"),
         (lambda: RMSNorm(4)(torch.ones(2, 4, device="meta")), ValueError, r"x must be on cpu, got meta"),
-        (lambda: SwiGLU(4, 8)(torch.ones(2, 5)), ValueError, r"x must have shape \(None, None, 4\), got \(2, 5\)"),
+        (lambda: SwiGLU(4, 8)(torch.ones(2, 5)), ValueError, r"x must have shape \(None, 4\), got \(2, 5\)"),
         (lambda: SwiGLU(4, 8)([1.0] * 4), TypeError, r"x must be a floating tensor, got list"),
         (lambda: SwiGLU(4, 8)(torch.ones(2, 3, 4, dtype=torch.float64)), TypeError,
          r"x must have dtype torch.float32, got torch.float64"),

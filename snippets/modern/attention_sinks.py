@@ -53,10 +53,10 @@ def _check_counts(**sizes: object) -> None:
             raise ValueError(f"{name} must be an int >= 1, got {value!r}")
 
 
-def _check_num(name: str, value: object, low: float = 0.0) -> None:
-    """None, or a finite number > low."""
+def _check_num(name: str, value: object, low: float = 0.0, optional=True) -> None:
+    """A finite number > low, or None where optional."""
     ok = isinstance(value, (int, float)) and low < value < math.inf
-    if value is not None and not ok:
+    if not ok and not (optional and value is None):
         raise ValueError(f"{name} must be a finite number > {low}, got {value!r}")
 
 
@@ -237,7 +237,7 @@ class LearnedSinks(nn.Module):
     def __init__(self, n_heads: int, init: float = 0.0) -> None:
         super().__init__()
         _check_counts(n_heads=n_heads)
-        _check_num("init", init, -math.inf)
+        _check_num("init", init, -math.inf, optional=False)
         self.sinks = nn.Parameter(torch.full((n_heads,), float(init)))
 
     # --8<-- [start:learned_sinks]
@@ -385,7 +385,7 @@ def streaming_attention(
         raise ValueError(f"q and k must have one length N and positions must be "
                          f"'cache' or 'original', got {q.shape[-2]}, {k.shape[-2]}, "
                          f"{positions!r}")
-    _check_num("base", base, 1.0)
+    _check_num("base", base, 1.0, optional=False)
     acc = torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype
     renumber = positions == "cache"
     q, k, w = q.to(acc), k.to(acc), v.to(acc)

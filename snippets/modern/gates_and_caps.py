@@ -44,10 +44,10 @@ def _check_counts(**sizes: object) -> None:
             raise ValueError(f"{name} must be an int >= 1, got {value!r}")
 
 
-def _check_num(name: str, value: object, low: float = 0.0) -> None:
-    """None, or a finite number > low."""
+def _check_num(name: str, value: object, low: float = 0.0, optional=True) -> None:
+    """A finite number > low, or None where optional."""
     ok = isinstance(value, (int, float)) and low < value < math.inf
-    if value is not None and not ok:
+    if not ok and not (optional and value is None):
         raise ValueError(f"{name} must be a finite number > {low}, got {value!r}")
 
 
@@ -124,7 +124,7 @@ def capped_attention(q, k, v, cap: float, allowed, scale: float) -> torch.Tensor
 
 
 def _check_softcap(scores: object, cap: object) -> None:
-    _check_num("cap", cap)
+    _check_num("cap", cap, optional=False)
     if not isinstance(scores, torch.Tensor) or not scores.is_floating_point():
         is_tensor = isinstance(scores, torch.Tensor)
         got = scores.dtype if is_tensor else type(scores).__name__
@@ -155,7 +155,7 @@ def softcap_attention(
         softmax run in float32 for half inputs.
     """
     _check_attend_args(q, k, v, attn_mask, scale)
-    _check_num("cap", cap)
+    _check_num("cap", cap, optional=False)
     scale = q.shape[-1] ** -0.5 if scale is None else scale
     acc = torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype
     out = capped_attention(q.to(acc), k.to(acc), v.to(acc), cap, attn_mask, scale)
@@ -173,7 +173,7 @@ class SoftCap(nn.Module):
 
     def __init__(self, cap: float = 50.0) -> None:
         super().__init__()
-        _check_num("cap", cap)
+        _check_num("cap", cap, optional=False)
         self.cap = float(cap)
 
     def forward(self, q, k, v, attn_mask=None, scale=None) -> torch.Tensor:
@@ -226,7 +226,8 @@ class OutputGate(nn.Module):
 
     def _check_forward(self, x: torch.Tensor, out: torch.Tensor) -> None:
         w = self.gate_proj.weight
-        _check_float_tensor("x", x, (None, None, w.shape[1]), w)
+        rank = x.dim() if isinstance(x, torch.Tensor) and x.dim() else 1
+        _check_float_tensor("x", x, (None,) * (rank - 1) + (w.shape[1],), w)
         _check_float_tensor("out", out, (*x.shape[:2], self.n_heads * self.d_head), w)
 
 

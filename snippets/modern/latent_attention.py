@@ -48,10 +48,10 @@ def _check_counts(**sizes: object) -> None:
             raise ValueError(f"{name} must be an int >= 1, got {value!r}")
 
 
-def _check_num(name: str, value: object, low: float = 0.0) -> None:
-    """None, or a finite number > low."""
+def _check_num(name: str, value: object, low: float = 0.0, optional=True) -> None:
+    """A finite number > low, or None where optional."""
     ok = isinstance(value, (int, float)) and low < value < math.inf
-    if value is not None and not ok:
+    if not ok and not (optional and value is None):
         raise ValueError(f"{name} must be a finite number > {low}, got {value!r}")
 
 
@@ -275,8 +275,8 @@ class MultiHeadLatentAttention(nn.Module):
                      q_lora_rank=1 if q_lora_rank is None else q_lora_rank)
         if not isinstance(rope_dim, int) or rope_dim < 2 or rope_dim % 2:
             raise ValueError(f"rope_dim must be an even int >= 2, got {rope_dim!r}")
-        _check_num("rope_base", rope_base, 1.0)
-        _check_num("norm_eps", norm_eps)
+        _check_num("rope_base", rope_base, 1.0, optional=False)
+        _check_num("norm_eps", norm_eps, optional=False)
         _check_num("softmax_scale", softmax_scale)
         self.d_model, self.n_heads = d_model, n_heads
         self.kv_lora_rank, self.q_lora_rank = kv_lora_rank, q_lora_rank

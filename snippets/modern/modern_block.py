@@ -72,10 +72,10 @@ def _check_counts(**sizes: object) -> None:
             raise ValueError(f"{name} must be an int >= 1, got {value!r}")
 
 
-def _check_num(name: str, value: object, low: float = 0.0) -> None:
-    """None, or a finite number > low."""
+def _check_num(name: str, value: object, low: float = 0.0, optional=True) -> None:
+    """A finite number > low, or None where optional."""
     ok = isinstance(value, (int, float)) and low < value < math.inf
-    if value is not None and not ok:
+    if not ok and not (optional and value is None):
         raise ValueError(f"{name} must be a finite number > {low}, got {value!r}")
 
 
@@ -211,7 +211,7 @@ class RMSNorm(nn.Module):
     def __init__(self, d: int, eps: float = 1e-6) -> None:
         super().__init__()
         _check_counts(d=d)
-        _check_num("eps", eps)
+        _check_num("eps", eps, optional=False)
         self.d, self.eps = d, float(eps)
         self.weight = nn.Parameter(torch.ones(d))
 
@@ -259,7 +259,8 @@ class SwiGLU(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """W_2 (silu(x W) * (x V))."""
         w = self.gate_proj.weight
-        _check_float_tensor("x", x, (None, None, w.shape[1]), w)
+        rank = x.dim() if isinstance(x, torch.Tensor) and x.dim() else 1
+        _check_float_tensor("x", x, (None,) * (rank - 1) + (w.shape[1],), w)
         # (B, N, D) -> (B, N, d_ff)
         hidden = F.silu(self.gate_proj(x)) * self.up_proj(x)
         return self.down_proj(hidden)  # (B, N, d_ff) -> (B, N, D)
@@ -404,7 +405,7 @@ class DecoderAttention(nn.Module):
                          rotary_dim, attend, output_gate)
         d_head = d_model // n_heads if d_head is None else d_head
         rotary_dim = d_head if rotary_dim is None else rotary_dim
-        _check_num("norm_eps", norm_eps)
+        _check_num("norm_eps", norm_eps, optional=False)
         _check_num("scale", scale)
         self.n_heads, self.n_kv_heads, self.d_head = n_heads, n_kv_heads, d_head
         self.qk_norm, self.rope_base, self.rotary_dim = qk_norm, rope_base, rotary_dim
