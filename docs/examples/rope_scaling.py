@@ -114,3 +114,19 @@ ax.set_ylabel("position read back")
 ax.legend(fontsize=8)
 fig.tight_layout()
 plt.show()
+
+
+# %% [markdown]
+# ## Angles in low precision
+#
+# The fastest plane turns one radian per token, so at position 131,071 its
+# angle is 131,071 radians. Here is how far apart bfloat16 spaces its numbers
+# just below 131,072, and how many turns of that plane the gap is.
+
+# %%
+angle = torch.tensor(131071.0)
+below = torch.tensor(131072.0, dtype=torch.bfloat16)
+gap = (below.float() - torch.nextafter(below, torch.tensor(0.0, dtype=torch.bfloat16)).float()).item()
+print(f"bfloat16 rounds {angle.item():.0f} to {angle.to(torch.bfloat16).item():.0f}")
+print(f"bfloat16 spacing just below 131,072: {gap:.0f}, about {gap / (2 * math.pi):.0f} turns")
+print(f"float16 holds at most {torch.finfo(torch.float16).max:,.0f}")

@@ -346,7 +346,7 @@ class MultiHeadLatentAttention(nn.Module):
         w_out = torch.einsum("hvc,dhv->hcd", w_uv, w_o)  # (H, d_c, D): W^UV folded in
         return w_uk, w_out
 
-    # --8<-- [start:absorbed]
+    # --8<-- [start:absorbed_scores]
     def absorbed_scores(self, q_nope, q_rope, c, k_rope, w_uk):
         """(W^UK_h^T q^C_h) . c_j + q^R_h . k^R_j, times the scale: (B, H, N, M)."""
         q_latent = torch.einsum("bhnk,hkc->bhnc", q_nope, w_uk)  # (B, H, N, d_c)
@@ -354,7 +354,9 @@ class MultiHeadLatentAttention(nn.Module):
         content = q_latent @ c[:, None].transpose(-2, -1)
         position = q_rope @ k_rope[:, None].transpose(-2, -1)
         return (content + position) * self.scale  # (B, H, N, M)
+    # --8<-- [end:absorbed_scores]
 
+    # --8<-- [start:absorbed]
     def attend_absorbed(self, q_nope, q_rope, c, k_rope, allowed):
         """Attend over the cached latents: no per-head key or value is built."""
         w_uk, w_out = self.absorbed_weights()
