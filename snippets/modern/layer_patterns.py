@@ -176,7 +176,7 @@ def layer_mask(
 
 # --8<-- [start:summarize]
 def summarize_layer_types(layer_types: list[str]) -> str:
-    """A short description of a layer pattern, e.g. "5 sliding : 1 full (x10) + 2 sliding".
+    """Describe a layer pattern, e.g. "5 sliding : 1 full (x10) + 2 sliding".
 
     The smallest repeating group is named with its repeat count; a tail shorter
     than one group follows it.
