@@ -455,3 +455,94 @@ def test_snippet_docstring_names_paper_page_and_oracle(name):
     page = re.search(r"^Page: (docs/modern/[\w-]+\.md)$", doc, re.M)
     assert page and (ROOT / page.group(1)).exists(), "no page, or a page that does not exist"
     assert "Tested against:" in doc and "only torch and the standard library" in doc
+
+
+# --- corrections: Meta's RoPE layout, SDPA's masks, the eps default ---------------------
+
+
+def pairwise_rotation(x, positions, base=10000.0):
+    """Meta's Llama RoPE written out: dims (2i, 2i + 1) turn by t * base^(-2i/d)."""
+    out = x.clone()
+    d = x.shape[-1]
+    for i in range(d // 2):
+        for t, p in enumerate(positions.tolist()):
+            a = p * base ** (-2 * i / d)
+            c, s = math.cos(a), math.sin(a)
+            x1, x2 = x[..., t, 2 * i], x[..., t, 2 * i + 1]
+            out[..., t, 2 * i], out[..., t, 2 * i + 1] = x1 * c - x2 * s, x1 * s + x2 * c
+    return out
+
+
+def test_meta_format_weights_give_the_right_output_only_with_the_interleaved_switch():
+    """Weights laid out for Meta's code (adjacent pairs) used to load without
+    error and give wrong outputs: there was no way to ask for that layout."""
+    attn = randomised(DecoderAttention(D, H, H_KV, interleaved=True)).double()
+    x = shifted_input(B, N, D)
+    d = D // H
+    q = (x @ attn.q_proj.weight.T).view(B, N, H, d).transpose(1, 2)
+    k = (x @ attn.k_proj.weight.T).view(B, N, H_KV, d).transpose(1, 2)
+    v = (x @ attn.v_proj.weight.T).view(B, N, H_KV, d).transpose(1, 2)
+    q, k = pairwise_rotation(q, torch.arange(N)), pairwise_rotation(k, torch.arange(N))
+    k, v = k.repeat_interleave(H // H_KV, 1), v.repeat_interleave(H // H_KV, 1)
+    heads = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    want = heads.transpose(1, 2).reshape(B, N, D) @ attn.o_proj.weight.T
+    assert_close(attn(x), want, rtol=1e-12, atol=1e-12)
+    half_split = DecoderAttention(D, H, H_KV).double()
+    half_split.load_state_dict(attn.state_dict())
+    assert not torch.allclose(half_split(x), want, atol=1e-3)  # the silent wrong answer
+    state = dict(attn.state_dict())
+    state["q_proj.weight"] = meta_to_half_split(state["q_proj.weight"], H)
+    state["k_proj.weight"] = meta_to_half_split(state["k_proj.weight"], H_KV)
+    half_split.load_state_dict(state)
+    assert_close(half_split(x), want, rtol=1e-12, atol=1e-12)
+
+
+def test_a_key_padding_mask_broadcasts_as_sdpa_accepts():
+    """(B, 1, 1, N), which SDPA accepts, used to be refused."""
+    attn = randomised(DecoderAttention(D, H, H_KV, qk_norm="head")).double()
+    x = shifted_input(B, N, D)
+    real = torch.ones(B, N, dtype=torch.bool)
+    real[1, 4:] = False
+    padding = real[:, None, None, :]  # (B, 1, 1, N)
+    assert_close(attn(x, attn_mask=padding), attn(x, attn_mask=padding.expand(B, 1, N, N).clone()))
+    assert_close(sdpa_attend(*[shifted_input(B, H, N, 4, seed=s) for s in range(3)], attn_mask=padding),
+                 F.scaled_dot_product_attention(*[shifted_input(B, H, N, 4, seed=s) for s in range(3)],
+                                                attn_mask=padding))
+
+
+def test_the_eps_default_and_the_llama_value_are_stated_next_to_the_code():
+    """A Llama user loses 1e-5 silently unless the default and its reason are said."""
+    for doc in (RMSNorm.__doc__, DecoderLayer.__doc__):
+        assert "1e-6" in doc and "1e-5" in doc and "Llama" in doc
+    assert RMSNorm(4).eps == 1e-6
+    page = (ROOT / "docs" / "modern" / "modern-block.md").read_text(encoding="utf-8")
+    assert "norm_eps=1e-5" in page
+
+
+def test_swapped_norms_change_the_output():
+    """Every parameter random, norms included: two norms still at their init
+    (all ones) could be swapped unseen."""
+    layer = randomised(DecoderLayer(DecoderAttention(D, H, H_KV), D, D_FF)).double()
+    for name, p in layer.named_parameters():
+        assert not torch.all(p == p.flatten()[0]), f"{name} is constant"
+    x = shifted_input(B, N, D)
+    before = layer(x)
+    with torch.no_grad():
+        a, b = layer.input_layernorm.weight, layer.post_attention_layernorm.weight
+        a_copy = a.clone()
+        a.copy_(b)
+        b.copy_(a_copy)
+    assert not torch.allclose(layer(x), before, atol=1e-3)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("spread", [1.0, 300.0])
+def test_rmsnorm_half_precision_within_rounding_of_float64(dtype, spread):
+    """On the same rounded inputs, the half result is within twice the error of
+    rounding the exact result to that dtype (300 overflows x^2 in float16)."""
+    norm = randomised(RMSNorm(64))
+    x = (shifted_input(4, 64, dtype=torch.float32) * spread).to(dtype)
+    exact = norm.double()(x.double())
+    got = norm.float().to(dtype)(x).double()
+    rounding = (exact.to(dtype).double() - exact).abs().max()
+    assert (got - exact).abs().max() <= 2 * rounding + torch.finfo(dtype).eps

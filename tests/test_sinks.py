@@ -288,3 +288,60 @@ def test_cache_rejects_a_batch_of_another_shape():
     with pytest.raises(TypeError, match=r"k must have dtype torch.float32, got torch.float64"):
         cache.update(torch.ones(1, 2, 1, 3, dtype=torch.float64), torch.ones(1, 2, 1, 3))
     assert len(cache) == 1  # nothing was appended by the refused updates
+
+
+# --- planted-bug classes: extreme scores, half precision, an independent RoPE oracle ---------
+
+
+def shifted_scores(q, k, shift):
+    """q' = [q, shift / scale], k' = [k, 1]: every score moves by ``shift``, nothing else changes."""
+    scale = q.shape[-1] ** -0.5
+    q2 = torch.cat((q, torch.full_like(q[..., :1], shift / scale)), -1)
+    k2 = torch.cat((k, torch.ones_like(k[..., :1])), -1)
+    return q2, k2, scale
+
+
+def test_sink_attention_is_shift_invariant_far_below_zero():
+    """Shift every score and the sink by -1e10: softmax does not move, and a
+    masked key still gets exactly nothing (a finite fill in place of -inf,
+    e.g. -1e9, would now outweigh every real key)."""
+    q, k, v = qkv()
+    mask = random_mask(5, 7)
+    sinks = torch.randn(3, dtype=torch.float64)
+    want = sink_attention(q, k, v, sinks, attn_mask=mask)
+    q2, k2, scale = shifted_scores(q, k, -1e10)
+    got = sink_attention(q2, k2, v, sinks - 1e10, attn_mask=mask, scale=scale)
+    assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("spread", [1.0, 300.0])
+def test_sink_attention_half_precision_within_rounding_of_float64(dtype, spread):
+    """On the same rounded inputs the half result is within twice the rounding
+    error of the exact result; spread 300 gives logits beyond float16's range."""
+    q, k, v = (t.to(dtype) for t in qkv(d=16, spread=spread, dtype=torch.float32))
+    sinks = torch.randn(3).to(dtype)
+    exact = sink_attention(q.double(), k.double(), v.double(), sinks.double())
+    got = sink_attention(q, k, v, sinks).double()
+    rounding = (exact.to(dtype).double() - exact).abs().max()
+    assert (got - exact).abs().max() <= 2 * rounding + torch.finfo(dtype).eps
+
+
+@pytest.mark.parametrize("interleaved", [False, True])
+def test_the_rope_copy_equals_explicit_rotation_matrices(interleaved):
+    """Independent of every other copy: each pair of dimensions turned by its own
+    2 x 2 matrix at angle t * base^(-2i/d), with cos and sin from math."""
+    x = torch.randn(2, 3, 5, 8, dtype=torch.float64)
+    positions = torch.tensor([0, 1, 3, 17, 250])
+    cos, sin = rotary_tables(positions, 8, 100.0)
+    got = apply_rotary(x, cos, sin, interleaved=interleaved)
+    want = x.clone()
+    for i in range(4):
+        a, b = (2 * i, 2 * i + 1) if interleaved else (i, i + 4)
+        for t, p in enumerate(positions.tolist()):
+            angle = p * 100.0 ** (-2 * i / 8)
+            rot = torch.tensor([[math.cos(angle), -math.sin(angle)], [math.sin(angle), math.cos(angle)]],
+                               dtype=torch.float64)
+            pair = torch.stack((x[..., t, a], x[..., t, b]), -1) @ rot.T
+            want[..., t, a], want[..., t, b] = pair[..., 0], pair[..., 1]
+    assert_close(got, want, rtol=1e-12, atol=1e-12)
