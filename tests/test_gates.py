@@ -252,3 +252,46 @@ def test_gated_attention_half_precision_large_inputs(dtype):
 def test_bad_input_raises_named_errors(make, error, match):
     with pytest.raises(error, match=match):
         make()
+
+
+# --- planted-bug classes: extreme scores, half precision, the cap's bound -------------------
+
+
+def test_large_cap_is_shift_invariant_far_below_zero():
+    """A cap of 1e14 is the identity on these scores; shift every score by -1e10
+    and masked keys must still get exactly nothing (masking before the cap, or
+    a finite fill, gives them weight)."""
+    q, k, v = qkv()
+    mask = torch.ones(5, 7, dtype=torch.bool).tril(2)
+    want = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    scale = q.shape[-1] ** -0.5
+    q2 = torch.cat((q, torch.full_like(q[..., :1], -1e10 / scale)), -1)
+    k2 = torch.cat((k, torch.ones_like(k[..., :1])), -1)
+    got = softcap_attention(q2, k2, v, cap=1e14, attn_mask=mask, scale=scale)
+    assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("spread", [1.0, 300.0])
+def test_softcap_attention_half_precision_within_rounding_of_float64(dtype, spread):
+    """Same rounded inputs, twice the rounding error at most; spread 300 makes
+    raw logits overflow float16 before the cap."""
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 3, 5, 16, generator=g) * s for s in (spread, spread, 1.0))
+    q, k, v = q.to(dtype), k.to(dtype), v.to(dtype)
+    exact = softcap_attention(q.double(), k.double(), v.double(), cap=50.0)
+    got = softcap_attention(q, k, v, cap=50.0).double()
+    rounding = (exact.to(dtype).double() - exact).abs().max()
+    assert (got - exact).abs().max() <= 2 * rounding + torch.finfo(dtype).eps
+
+
+def test_the_cap_bounds_each_logit_but_not_the_weight_ratio():
+    """What the page now says: capped logits stay inside (-c, c), so their gap
+    is below 2c, yet raw 100 and 30 at c = 50 still give a ratio near 2e9."""
+    raw = torch.tensor([100.0, 30.0, -1e6, 1e6], dtype=torch.float64)
+    capped = softcap(raw, 50.0)
+    assert capped.abs().max() <= 50.0  # tanh rounds to 1 in floating point far out
+    assert capped[0].item() == pytest.approx(48.2, abs=0.05) and capped[1].item() == pytest.approx(26.9, abs=0.05)
+    assert 1e9 < math.exp(capped[0] - capped[1]) < 3e9
+    slope = 1 - torch.tanh(torch.tensor(200.0 / 50.0)) ** 2
+    assert slope < 2e-3  # 0.0013 at 4c: the gradient does vanish far beyond the cap
