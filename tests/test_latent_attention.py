@@ -406,3 +406,40 @@ def test_the_page_table_of_cache_sizes():
         "mqa": mha_cache_elements(1, 128), "mla": mla_cache_elements(512, 64)}.items()}
     assert [round(sizes["mha"]), round(sizes["gqa"], 1), round(sizes["mqa"], 1), round(sizes["mla"], 1)] == [488, 30.5, 3.8, 8.6]
     assert [round(sizes[k] / sizes["mla"], 2) for k in ("gqa", "mqa")] == [3.56, 0.44]
+
+
+# --- planted-bug classes: extreme scores, half precision ---------------------------------
+
+
+def test_masked_softmax_is_shift_invariant_far_below_zero():
+    """The softmax both forms use: scores shifted by -1e10 give the same weights,
+    and masked keys exactly zero (a finite fill like -1e9 would take them all)."""
+    from snippets.modern.latent_attention import _masked_softmax
+
+    scores = torch.randn(2, 3, 5, 7, dtype=torch.float64)
+    allowed = torch.ones(5, 7, dtype=torch.bool).tril(2)
+    allowed[0] = False  # a row with no allowed key: zeros
+    want = torch.where(allowed, torch.exp(scores - scores.amax(-1, keepdim=True)), 0.0)
+    want = want / want.sum(-1, keepdim=True).clamp_min(1e-300)
+    got = _masked_softmax(scores - 1e10, allowed)
+    assert_close(got, want, rtol=1e-5, atol=1e-5)
+    assert torch.equal(got[..., ~allowed], torch.zeros_like(got[..., ~allowed]))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("absorbed", [False, True])
+def test_half_precision_within_rounding_of_float64(dtype, absorbed):
+    """The same rounded weights and inputs in float64 are the reference; the half
+    result stays within a few times the error of rounding that reference, at
+    activations large enough that the raw scores overflow float16."""
+    m = make(dtype=torch.float32)
+    m.q_norm.weight.data.mul_(40.0)  # large query latents: scores far beyond 65,504
+    half = m.to(dtype)
+    x = (3 * torch.randn(2, 9, 32)).to(dtype)
+    exact = make(dtype=torch.float64)
+    exact.load_state_dict({k: v.double() for k, v in half.state_dict().items()})
+    want = exact(x.double(), absorbed=absorbed)
+    got = half(x, absorbed=absorbed).double()
+    rounding = (want.to(dtype).double() - want).abs().max()
+    assert torch.isfinite(got).all()
+    assert (got - want).abs().max() <= 8 * rounding + torch.finfo(dtype).eps * want.abs().max()
