@@ -282,7 +282,7 @@ def test_other_snippets_that_call_sdpa_with_a_boolean_mask_zero_empty_rows(devic
     """The modern decoder's kernel and context parallelism's local attention,
     under the backend that leaks: rows with no allowed key stay zero."""
     from snippets.distributed.context_parallel import _local_attention
-    from snippets.modern.block import sdpa_attend
+    from snippets.modern.modern_block import sdpa_attend
 
     torch.manual_seed(5)
     q, k, v = (4 * torch.randn(2, 2, 5, 8, device=device) for _ in range(3))

@@ -20,13 +20,13 @@ from snippets.history import gpt as gpt_mod
 from snippets.linear import hybrid_memory as hybrid_mod
 from snippets.linear import sparse as sparse_mod
 from snippets.linear import ssd as ssd_mod
-from snippets.modern import block as modern_block
+from snippets.modern import modern_block as modern_block
 from snippets.modern import cache_size as modern_cache
-from snippets.modern import gates as modern_gates
+from snippets.modern import gates_and_caps as modern_gates
 from snippets.modern import latent_attention as modern_mla
 from snippets.modern import layer_patterns as modern_layers
-from snippets.modern import rope_scaling as modern_rope
-from snippets.modern import sinks as modern_sinks
+from snippets.modern import long_context_rope as modern_rope
+from snippets.modern import attention_sinks as modern_sinks
 
 
 def _gpt_config(s):
@@ -44,7 +44,7 @@ def _gpt_block(c):
 MODERN_INT = Bad(0, -1, 2.5, True, "2", None)  # an int >= 1 that must be given
 HEADS = {"q": T(rank=4, tied=(0, 1, 3), names=("k", "v")), "k": T(rank=4, tied=(0, 1, 2, 3), names=("q", "v")),
          "v": T(rank=4, tied=(0, 1, 2), names=("q", "k"))}
-HEADS_MASK = T(BOOL, min_rank=2, tied=(-2, -1), lead_fixed=True)  # (N, M) or (B, H or 1, N, M)
+HEADS_MASK = T(BOOL, tied=(-2, -1), lead_fixed=True)  # anything that broadcasts to (B, H, N, M)
 
 
 def _heads(s, *, n=None, m=None, d_v=None):
@@ -58,14 +58,16 @@ def _kernel_calls(fn, s, extra, extra_specs):
         Call(fn, {**_heads(s), **extra, "scale": 0.5}, {**HEADS, **extra_specs, "scale": SCALE}, "plain"),
         Call(fn, {**_heads(s), **extra, "attn_mask": ones(s.n, s.m)}, {"attn_mask": HEADS_MASK}, "(N, M) mask"),
         Call(fn, {**_heads(s), **extra, "attn_mask": ones(s.b, 1, s.n, s.m)},
-             {"attn_mask": T(BOOL, rank=4, tied=(0, 2, 3))}, "(B, 1, N, M) mask"),
+             {"attn_mask": T(BOOL, tied=(0, 2, 3), lead_fixed=True)}, "(B, 1, N, M) mask"),
+        Call(fn, {**_heads(s), **extra, "attn_mask": ones(s.b, 1, 1, s.m)},
+             {"attn_mask": T(BOOL, tied=(0, 3), lead_fixed=True)}, "(B, 1, 1, M) key mask"),
     ]
 
 
-# block.py
+# modern_block.py
 
 
-@fuzz("modern.block.RMSNorm")
+@fuzz("modern.modern_block.RMSNorm")
 def _(s):
     return _module_calls(
         modern_block.RMSNorm, {"d": s.d, "eps": 1e-5}, {"d": POS_INT, "eps": Bad(0.0, -1.0, float("nan"), "1e-6", None)},
@@ -73,13 +75,13 @@ def _(s):
     )
 
 
-@fuzz("modern.block.SwiGLU")
+@fuzz("modern.modern_block.SwiGLU")
 def _(s):
     return _module_calls(modern_block.SwiGLU, {"d_model": s.d, "d_ff": 3}, {"d_model": POS_INT, "d_ff": POS_INT},
                          lambda mod, x: mod(x), {"x": r(s.b, s.n, s.d)}, {"x": T(min_rank=1, tied=(-1,))})
 
 
-@fuzz("modern.block.swiglu_width")
+@fuzz("modern.modern_block.swiglu_width")
 def _(s):
     return [Call(modern_block.swiglu_width, {"d_model": 4 * s.d, "multiple_of": 8, "ffn_dim_multiplier": 1.3},
                  {"d_model": POS_INT, "multiple_of": POS_INT,
@@ -87,34 +89,43 @@ def _(s):
 
 
 def _rope_entries(module, area):
-    @fuzz(f"modern.{area}.rope_tables")
+    """The canonical RoPE helpers, pasted into each file that rotates."""
+    @fuzz(f"modern.{area}.rotary_tables")
     def _(s):
         return [
-            Call(module.rope_tables, {"positions": torch.arange(s.n), "rotary_dim": 2 * s.d, "base": 500.0},
-                 {"positions": T(INT, min_rank=1, device_peer=False), "rotary_dim": Bad(0, 3, 2.5, True, "4"),
-                  "base": Bad(1.0, 0.5, float("nan"), float("inf"), "1e4", None, True)}, "(N,)"),
-            Call(module.rope_tables, {"positions": ids(s.b, s.n, high=9), "rotary_dim": 2 * s.d},
+            Call(module.rotary_tables, {"positions": torch.arange(s.n), "rotary_dim": 2 * s.d, "base": 500.0},
+                 {"positions": T(INT, min_rank=1, device_peer=False), "rotary_dim": Bad(0, 3, 2.5),
+                  "base": Bad(1.0, 0.5, float("nan"), float("inf"), None)}, "(N,)"),
+            Call(module.rotary_tables, {"positions": ids(s.b, s.n, high=9), "rotary_dim": 2 * s.d},
                  {"positions": Bad(torch.zeros(2, 2, 2, dtype=torch.long), torch.tensor(3))}, "(B, N)"),
         ]
 
-    @fuzz(f"modern.{area}.apply_rope")
+    @fuzz(f"modern.{area}.apply_rotary")
     def _(s):
-        cos, sin = module.rope_tables(torch.arange(s.n), 2 * s.d)
-        bcos, bsin = module.rope_tables(ids(s.b, s.n, high=9), 2 * s.d)
-        table = T(min_rank=2, tied=(-2, -1), dtype_peer=False, lead_fixed=True, names=("cos", "sin"))
+        cos, sin = module.rotary_tables(torch.arange(s.n), 2 * s.d)
+        bcos, bsin = module.rotary_tables(ids(s.b, s.n, high=9), 2 * s.d)
+        # The canonical check does not refuse an integer table (ANY): it would be cast.
+        table = T(ANY, tied=(-2, -1), lead_fixed=True, names=("cos", "sin"))
         x = r(s.b, s.h, s.n, 2 * s.d)
         return [
-            Call(module.apply_rope, {"x": x, "cos": cos, "sin": sin},
-                 {"x": T(rank=4, tied=(2,), dtype_peer=False, names=("cos",)), "cos": table, "sin": table}, "(N, r/2)"),
-            Call(module.apply_rope, {"x": x, "cos": bcos, "sin": bsin},
-                 {"x": T(rank=4, tied=(0, 2), dtype_peer=False, names=("cos",))}, "(B, N, r/2)"),
-        ]
+            Call(module.apply_rotary, {"x": x, "cos": cos, "sin": sin, "interleaved": interleaved},
+                 {"x": T(rank=4, tied=(2,), dtype_peer=False, names=("cos",)), "cos": table, "sin": table},
+                 f"(N, r/2), interleaved={interleaved}")
+            for interleaved in (False, True)
+        ] + [Call(module.apply_rotary, {"x": x, "cos": bcos, "sin": bsin},
+                  {"x": T(rank=4, tied=(0, 2), dtype_peer=False, names=("cos",))}, "(B, N, r/2)")]
 
 
-_rope_entries(modern_block, "block")
+_rope_entries(modern_block, "modern_block")
 
 
-@fuzz("modern.block.sdpa_attend")
+@fuzz("modern.modern_block.meta_to_half_split")
+def _(s):
+    return [Call(modern_block.meta_to_half_split, {"weight": r(s.h * 2 * s.d, s.d + 1), "n_heads": s.h},
+                 {"weight": T(rank=2, tied=(0,), device_peer=False, dtype_peer=False), "n_heads": POS_INT})]
+
+
+@fuzz("modern.modern_block.sdpa_attend")
 def _(s):
     return _kernel_calls(modern_block.sdpa_attend, s, {}, {})
 
@@ -132,7 +143,7 @@ DECODER_INIT_SPECS = {
 }
 
 
-@fuzz("modern.block.DecoderAttention")
+@fuzz("modern.modern_block.DecoderAttention")
 def _(s):
     init = _decoder_attention_init(s)
     module = modern_block.DecoderAttention(**init)
@@ -141,23 +152,25 @@ def _(s):
     return [
         Call(modern_block.DecoderAttention, init, DECODER_INIT_SPECS, "init"),
         Call(forward, {"x": x, "attn_mask": ones(s.n, s.n), "positions": torch.arange(s.n) + 2},
-             {"x": T(rank=3, tied=(1, -1), names=("attn_mask", "positions")), "attn_mask": T(BOOL, rank=2, tied=(0, 1)),
-              "positions": T(INT, min_rank=1, tied=(0,), device_peer=False)}, "forward"),
+             {"x": T(rank=3, tied=(1, -1), names=("attn_mask", "positions")),
+              "attn_mask": T(BOOL, tied=(0, 1), lead_fixed=True),
+              "positions": T(INT, min_rank=1, tied=(0,))}, "forward"),
         Call(forward, {"x": x, "attn_mask": ones(s.b, 1, s.n, s.n), "positions": ids(s.b, s.n, high=9)},
-             {"attn_mask": T(BOOL, rank=4, tied=(0, 2, 3)), "positions": T(INT, tied=(0, 1), device_peer=False)},
+             {"attn_mask": T(BOOL, tied=(0, 2, 3), lead_fixed=True), "positions": T(INT, tied=(0, 1))},
              "batched"),
     ]
 
 
-@fuzz("modern.block.DecoderLayer")
+@fuzz("modern.modern_block.DecoderLayer")
 def _(s):
     d_model = 4 * s.d
     init = {"attention": modern_block.DecoderAttention(d_model, 4, 2), "d_model": d_model, "d_ff": 3}
     return _module_calls(
         modern_block.DecoderLayer, init,
-        {"attention": NOT_A_MODULE, "d_model": POS_INT, "d_ff": POS_INT, "norm_eps": Bad(0.0, "1e-6", None)},
+        {"attention": NOT_A_MODULE, "d_model": POS_INT, "d_ff": POS_INT,
+         "norm_eps": Bad(0.0, "1e-6", None, names=("eps",))},
         lambda mod, **kw: mod(kw.pop("x"), **kw), {"x": r(s.b, s.n, d_model), "attn_mask": ones(s.n, s.n)},
-        {"x": T(rank=3, tied=(1, -1), names=("attn_mask",)), "attn_mask": T(BOOL, rank=2, tied=(0, 1))},
+        {"x": T(rank=3, tied=(1, -1), names=("attn_mask",)), "attn_mask": T(BOOL, tied=(0, 1), lead_fixed=True)},
     )
 
 
@@ -198,23 +211,23 @@ def _(s):
                   "bytes_per_element": POS_INT})]
 
 
-# gates.py
+# gates_and_caps.py
 
 CAP = Bad(0.0, -1.0, float("nan"), float("inf"), "50", None, True)
 
 
-@fuzz("modern.gates.softcap")
+@fuzz("modern.gates_and_caps.softcap")
 def _(s):
     return [Call(modern_gates.softcap, {"scores": r(s.b, s.n, s.m), "cap": 5.0},
                  {"scores": T(dtype_peer=False, device_peer=False), "cap": CAP})]
 
 
-@fuzz("modern.gates.softcap_attention")
+@fuzz("modern.gates_and_caps.softcap_attention")
 def _(s):
     return _kernel_calls(modern_gates.softcap_attention, s, {"cap": 5.0}, {"cap": CAP})
 
 
-@fuzz("modern.gates.SoftCap")
+@fuzz("modern.gates_and_caps.SoftCap")
 def _(s):
     module = modern_gates.SoftCap(5.0)
     forward = lambda **kw: module(kw.pop("q"), kw.pop("k"), kw.pop("v"), **kw)  # noqa: E731
@@ -222,7 +235,7 @@ def _(s):
             *[Call(forward, c.kwargs, c.specs, c.label) for c in _kernel_calls(module, s, {}, {})]]
 
 
-@fuzz("modern.gates.OutputGate")
+@fuzz("modern.gates_and_caps.OutputGate")
 def _(s):
     d_model = s.d + 1
     calls = []
@@ -237,30 +250,13 @@ def _(s):
     return calls
 
 
-@fuzz("modern.gates.split_fused_q_gate")
+@fuzz("modern.gates_and_caps.split_fused_q_gate")
 def _(s):
     return [Call(modern_gates.split_fused_q_gate, {"weight": r(2 * s.h * s.d, s.d + 1), "n_heads": s.h, "d_head": s.d},
                  {"weight": T(ANY, rank=2, tied=(0,), device_peer=False), "n_heads": POS_INT, "d_head": POS_INT})]
 
 
 # latent_attention.py
-
-
-@fuzz("modern.latent_attention.latent_rope_angles")
-def _(s):
-    return [Call(modern_mla.latent_rope_angles, {"positions": torch.arange(s.n) + 3, "dim": 2 * s.d, "base": 500.0},
-                 {"positions": T(INT, rank=1, device_peer=False), "dim": Bad(0, 3, 2.5, True, "4"),
-                  "base": Bad(1.0, float("nan"), float("inf"), "1e4", None, True)})]
-
-
-@fuzz("modern.latent_attention.rotate_rope_part")
-def _(s):
-    cos, sin = modern_mla.latent_rope_angles(torch.arange(s.n), 2 * s.d)
-    table = T(rank=2, tied=(0, 1), dtype_peer=False, names=("cos", "sin"))
-    return [Call(modern_mla.rotate_rope_part,
-                 {"x": r(s.b, s.h, s.n, 2 * s.d), "cos": cos, "sin": sin, "interleaved": interleaved},
-                 {"x": T(min_rank=2, tied=(-2, -1), dtype_peer=False, names=("cos",)), "cos": table, "sin": table},
-                 f"interleaved={interleaved}") for interleaved in (True, False)]
 
 
 LATENT_C = T(rank=3, tied=(0, 2), names=("k_rope",))
@@ -289,7 +285,7 @@ def _(s):
     module = modern_mla.MultiHeadLatentAttention(**init)
     x = r(s.b, s.n, init["d_model"])
     forward = lambda **kw: module(kw.pop("x"), **kw)  # noqa: E731
-    cache = lambda: modern_mla.LatentCache(s.b, 3, 2, s.n + 3)  # noqa: E731
+    cache = lambda: module.make_cache(s.b, s.n + 3)  # noqa: E731
     calls = [Call(modern_mla.MultiHeadLatentAttention, init,
                   {"d_model": POS_INT, "n_heads": POS_INT, "kv_lora_rank": POS_INT, "q_lora_rank": Bad(0, 2.5, True, "2"),
                    "qk_nope_head_dim": POS_INT, "rope_dim": Bad(0, 3, 2.5, True, "2"), "v_head_dim": POS_INT,
@@ -347,38 +343,38 @@ def _(s):
                  {"layer_types": Bad([], "full_attention", 3, None, ["global"], ["full_attention", 3])})]
 
 
-# rope_scaling.py
+# long_context_rope.py
 
 ROPE_BASE = Bad(1.0, 0.5, float("nan"), float("inf"), "1e4", None, True)
 ROPE_FACTOR = Bad(0.5, float("nan"), float("inf"), "2", None, True)
 INV_FREQ = T(rank=1, dtype_peer=False, device_peer=False)
 
 
-@fuzz("modern.rope_scaling.rope_frequencies")
+@fuzz("modern.long_context_rope.rope_frequencies")
 def _(s):
     return [Call(modern_rope.rope_frequencies, {"d_rot": 2 * s.d, "base": 500.0},
                  {"d_rot": Bad(0, 3, 2.5, True, "4"), "base": ROPE_BASE})]
 
 
-@fuzz("modern.rope_scaling.rotary_dims")
+@fuzz("modern.long_context_rope.rotary_dims")
 def _(s):
     return [Call(modern_rope.rotary_dims, {"d_head": 8, "partial_rotary_factor": 0.5},
                  {"d_head": Bad(1, 2.5, True, "8"), "partial_rotary_factor": Bad(0.0, 1.5, 0.375, "0.5", None, True)})]
 
 
-@fuzz("modern.rope_scaling.linear_scaling")
+@fuzz("modern.long_context_rope.linear_scaling")
 def _(s):
     return [Call(modern_rope.linear_scaling, {"inv_freq": modern_rope.rope_frequencies(2 * s.d), "factor": 4.0},
                  {"inv_freq": INV_FREQ, "factor": ROPE_FACTOR})]
 
 
-@fuzz("modern.rope_scaling.ntk_aware_base")
+@fuzz("modern.long_context_rope.ntk_aware_base")
 def _(s):
     return [Call(modern_rope.ntk_aware_base, {"base": 500.0, "factor": 4.0, "d_rot": 2 * s.d + 2},
                  {"base": ROPE_BASE, "factor": ROPE_FACTOR, "d_rot": Bad(2, 5, 2.5, True, "8")})]
 
 
-@fuzz("modern.rope_scaling.dynamic_ntk_base")
+@fuzz("modern.long_context_rope.dynamic_ntk_base")
 def _(s):
     return [Call(modern_rope.dynamic_ntk_base,
                  {"base": 500.0, "factor": 2.0, "seq_len": 40, "original_length": 16, "d_rot": 2 * s.d + 2},
@@ -390,26 +386,26 @@ YARN_SPECS = {"original_length": POS_INT, "beta_fast": Bad(0.5, float("nan"), "3
               "beta_slow": Bad(0.0, -1.0, float("inf"), "1", None, True)}
 
 
-@fuzz("modern.rope_scaling.yarn_ramp")
+@fuzz("modern.long_context_rope.yarn_ramp")
 def _(s):
     return [Call(modern_rope.yarn_ramp, {"d_rot": 16, "base": 500.0, "original_length": 64, "beta_fast": 16.0},
                  {"d_rot": Bad(0, 3, 2.5, True, "4"), "base": ROPE_BASE, **YARN_SPECS})]
 
 
-@fuzz("modern.rope_scaling.yarn_scaling")
+@fuzz("modern.long_context_rope.yarn_scaling")
 def _(s):
     return [Call(modern_rope.yarn_scaling, {"d_rot": 16, "base": 500.0, "factor": 4.0, "original_length": 64},
                  {"d_rot": Bad(0, 3, 2.5, True, "4"), "base": ROPE_BASE, "factor": ROPE_FACTOR, **YARN_SPECS})]
 
 
-@fuzz("modern.rope_scaling.yarn_attention_factor")
+@fuzz("modern.long_context_rope.yarn_attention_factor")
 def _(s):
     mscale = Bad(-1.0, float("nan"), float("inf"), "1", True)
     return [Call(modern_rope.yarn_attention_factor, {"factor": 4.0, "mscale": 0.7, "mscale_all_dim": 1.0},
                  {"factor": ROPE_FACTOR, "mscale": mscale, "mscale_all_dim": mscale})]
 
 
-@fuzz("modern.rope_scaling.llama3_scaling")
+@fuzz("modern.long_context_rope.llama3_scaling")
 def _(s):
     return [Call(modern_rope.llama3_scaling,
                  {"inv_freq": modern_rope.rope_frequencies(16, 500.0), "factor": 8.0, "low_freq_factor": 1.0,
@@ -418,7 +414,7 @@ def _(s):
                   "high_freq_factor": Bad(0.5, float("inf"), "4", None), "original_length": POS_INT})]
 
 
-@fuzz("modern.rope_scaling.rope_inv_freq")
+@fuzz("modern.long_context_rope.rope_inv_freq")
 def _(s):
     fn = modern_rope.rope_inv_freq
     base = {"d_head": 8, "base": 500.0}
@@ -440,7 +436,7 @@ def _(s):
     ]
 
 
-@fuzz("modern.rope_scaling.rotary_angles")
+@fuzz("modern.long_context_rope.rotary_angles")
 def _(s):
     inv_freq = modern_rope.rope_frequencies(2 * s.d)
     return [
@@ -452,7 +448,7 @@ def _(s):
     ]
 
 
-@fuzz("modern.rope_scaling.apply_partial_rotary")
+@fuzz("modern.long_context_rope.apply_partial_rotary")
 def _(s):
     inv_freq = modern_rope.rope_frequencies(2 * s.d)
     cos, sin = modern_rope.rotary_angles(inv_freq, torch.arange(s.n))
@@ -467,7 +463,7 @@ def _(s):
     ]
 
 
-@fuzz("modern.rope_scaling.ScaledRotaryEmbedding")
+@fuzz("modern.long_context_rope.ScaledRotaryEmbedding")
 def _(s):
     d = 2 * s.d
     calls = []
@@ -487,7 +483,7 @@ def _(s):
     return calls
 
 
-@fuzz("modern.rope_scaling.nope_positions")
+@fuzz("modern.long_context_rope.nope_positions")
 def _(s):
     tokens = ids(s.b, s.n, high=5) + 1
     tokens[:, 0] = 0
@@ -495,16 +491,16 @@ def _(s):
                  {"tokens": T(INT, rank=2, device_peer=False), "bos_id": Bad("0", 2.5, None, True, 1)})]
 
 
-# sinks.py
+# attention_sinks.py
 
 
-@fuzz("modern.sinks.sink_attention")
+@fuzz("modern.attention_sinks.sink_attention")
 def _(s):
     return _kernel_calls(modern_sinks.sink_attention, s, {"sinks": r(s.h)},
                          {"sinks": T(rank=1, tied=(0,), dtype_peer=False)})
 
 
-@fuzz("modern.sinks.LearnedSinks")
+@fuzz("modern.attention_sinks.LearnedSinks")
 def _(s):
     module = modern_sinks.LearnedSinks(s.h, init=0.5)
     forward = lambda **kw: module(kw.pop("q"), kw.pop("k"), kw.pop("v"), **kw)  # noqa: E731
@@ -513,14 +509,14 @@ def _(s):
             *[Call(forward, c.kwargs, c.specs, c.label) for c in _kernel_calls(module, s, {}, {})]]
 
 
-@fuzz("modern.sinks.sink_window_mask")
+@fuzz("modern.attention_sinks.sink_window_mask")
 def _(s):
     return [Call(modern_sinks.sink_window_mask, {"n_queries": s.n, "n_keys": s.n + s.m, "n_sink": 1, "window": 2},
                  {"n_queries": NONNEG_INT, "n_keys": Bad(s.n - 1, -1, 2.5, True, "5"), "n_sink": NONNEG_INT,
                   "window": POS_INT})]
 
 
-@fuzz("modern.sinks.SinkCache")
+@fuzz("modern.attention_sinks.SinkCache")
 def _(s):
     def update(**kw):
         cache = modern_sinks.SinkCache(1, 2)
@@ -535,7 +531,7 @@ def _(s):
     ]
 
 
-@fuzz("modern.sinks.streaming_attention")
+@fuzz("modern.attention_sinks.streaming_attention")
 def _(s):
     qkv_ = _heads(s, m=s.n, d_v=s.d)
     return [Call(modern_sinks.streaming_attention,
@@ -545,7 +541,8 @@ def _(s):
                   "base": Bad(1.0, float("nan"), "1e4", None, True)})]
 
 
-_rope_entries(modern_sinks, "sinks")
+_rope_entries(modern_sinks, "attention_sinks")
+_rope_entries(modern_mla, "latent_attention")
 
 
 # (end of modern/)

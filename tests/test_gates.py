@@ -1,4 +1,4 @@
-"""Tests for snippets/modern/gates.py, with torch alone.
+"""Tests for snippets/modern/gates_and_caps.py, with torch alone.
 
 Oracles: the equations written out here. Soft-capped attention:
 softmax(c tanh(QK^T / (c sqrt d)) + mask) V with a small cap, so that a cap in
@@ -18,8 +18,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.testing import assert_close
 
-from snippets.modern.block import DecoderAttention
-from snippets.modern.gates import OutputGate, SoftCap, softcap, softcap_attention, split_fused_q_gate
+from snippets.modern.modern_block import DecoderAttention
+from snippets.modern.gates_and_caps import OutputGate, SoftCap, softcap, softcap_attention, split_fused_q_gate
 
 
 def qkv(b=2, h=3, n=5, m=7, d=4, dtype=torch.float64, seed=0, spread=1.0):
@@ -212,44 +212,86 @@ def test_gated_attention_half_precision_large_inputs(dtype):
 @pytest.mark.parametrize(
     "make, error, match",
     [
-        (lambda: softcap(torch.ones(2), 0.0), ValueError, r"cap must be a positive finite number, got 0.0"),
-        (lambda: SoftCap(float("inf")), ValueError, r"cap must be a positive finite number, got inf"),
-        (lambda: softcap(torch.ones(2, dtype=torch.long), 1.0), TypeError, r"scores must be a floating torch.Tensor, got torch.int64"),
-        (lambda: softcap([1.0, 2.0], 1.0), TypeError, r"scores must be a floating torch.Tensor, got list"),
+        (lambda: softcap(torch.ones(2), 0.0), ValueError, r"cap must be a finite number > 0.0, got 0.0"),
+        (lambda: SoftCap(float("inf")), ValueError, r"cap must be a finite number > 0.0, got inf"),
+        (lambda: softcap(torch.ones(2, dtype=torch.long), 1.0), TypeError, r"scores must be a floating tensor, got torch.int64"),
+        (lambda: softcap([1.0, 2.0], 1.0), TypeError, r"scores must be a floating tensor, got list"),
         (lambda: softcap_attention(torch.ones(2, 3, 4), *qkv()[1:], cap=1.0), ValueError,
-         r"q must have 4 dimensions \(B, H, length, d\), got shape \(2, 3, 4\)"),
+         r"q must have shape \(None, None, None, None\), got \(2, 3, 4\)"),
         (lambda: softcap_attention(qkv()[0], torch.ones(2, 3, 7, 5, dtype=torch.float64), qkv()[2], cap=1.0), ValueError,
-         r"q \(B, H, N, d\), k \(B, H, M, d\) and v \(B, H, M, d_v\) disagree"),
+         r"k must have shape \(2, 3, None, 4\), got \(2, 3, 7, 5\)"),
         (lambda: softcap_attention(qkv()[0].float(), *qkv()[1:], cap=1.0), TypeError,
-         r"k must have the dtype of q torch.float32, got torch.float64"),
-        (lambda: softcap_attention(*qkv()[:2], qkv()[2].to("meta"), cap=1.0), ValueError,
-         r"v must be on the device of q cpu, got meta"),
-        (lambda: softcap_attention(*qkv(), cap=1.0, scale="1"), ValueError, r"scale must be a positive finite float or None, got '1'"),
+         r"k must have dtype torch.float32, got torch.float64"),
+        (lambda: softcap_attention(*qkv()[:2], qkv()[2].to("meta"), cap=1.0), ValueError, r"v must be on cpu, got meta"),
+        (lambda: softcap_attention(*qkv(), cap=1.0, scale=-1.0), ValueError, r"scale must be a finite number > 0.0, got -1.0"),
         (lambda: SoftCap(2.0)(*qkv(), attn_mask=torch.ones(5, 7, dtype=torch.bool, device="meta")), ValueError,
-         r"attn_mask must be on the device of q cpu, got meta"),
+         r"attn_mask must broadcast to \(2, 3, 5, 7\) on cpu, got \(5, 7\) on meta"),
         (lambda: softcap_attention(*qkv(), cap=1.0, attn_mask=torch.ones(5, 7, dtype=torch.long)), TypeError,
-         r"attn_mask must be a boolean tensor \(True = may attend\), got torch.int64"),
+         r"attn_mask must be a bool tensor \(True = may attend\), got torch.int64"),
         (lambda: softcap_attention(*qkv(), cap=1.0, attn_mask=torch.ones(7, 5, dtype=torch.bool)), ValueError,
-         r"attn_mask must be \(N, M\) or \(B, H or 1, N, M\) with \(B, H, N, M\) = \(2, 3, 5, 7\), got \(7, 5\)"),
-        (lambda: OutputGate(8, 2, 4)([1.0], torch.ones(1, 3, 8)), TypeError, r"x must be a floating torch.Tensor, got list"),
+         r"attn_mask must broadcast to \(2, 3, 5, 7\) on cpu, got \(7, 5\) on cpu"),
+        (lambda: OutputGate(8, 2, 4)([1.0], torch.ones(1, 3, 8)), TypeError, r"x must be a floating tensor, got list"),
         (lambda: OutputGate(8, 2, 4)(torch.ones(1, 3, 8), torch.ones(1, 3, 8, dtype=torch.long)), TypeError,
-         r"out must be a floating torch.Tensor, got torch.int64"),
+         r"out must be a floating tensor, got torch.int64"),
         (lambda: OutputGate(8, 2, 4)(torch.ones(1, 3, 7), torch.ones(1, 3, 8)), ValueError,
-         r"x must be \(B, N, D\) with D = 8, got \(1, 3, 7\)"),
+         r"x must have shape \(None, None, 8\), got \(1, 3, 7\)"),
         (lambda: OutputGate(8, 2, 4)(torch.ones(1, 3, 8, device="meta"), torch.ones(1, 3, 8, device="meta")), ValueError,
-         r"x must be on the module's device cpu, got meta"),
+         r"x must be on cpu, got meta"),
         (lambda: OutputGate(8, 2, 4)(torch.ones(1, 3, 8), torch.ones(1, 3, 8, dtype=torch.float64)), TypeError,
-         r"out must have the module's dtype torch.float32, got torch.float64"),
-        (lambda: split_fused_q_gate(torch.ones(12, 4), "2", 3), ValueError, r"n_heads must be a positive int, got '2'"),
-        (lambda: split_fused_q_gate(torch.ones(12, 4), 2, 0), ValueError, r"d_head must be a positive int, got 0"),
-        (lambda: OutputGate(8, 0, 4), ValueError, r"n_heads must be a positive int, got 0"),
+         r"out must have dtype torch.float32, got torch.float64"),
+        (lambda: split_fused_q_gate(torch.ones(12, 4), 2.5, 3), ValueError, r"n_heads must be an int >= 1, got 2.5"),
+        (lambda: split_fused_q_gate(torch.ones(12, 4), 2, 0), ValueError, r"d_head must be an int >= 1, got 0"),
+        (lambda: OutputGate(8, 0, 4), ValueError, r"n_heads must be an int >= 1, got 0"),
         (lambda: OutputGate(8, 2, 4, per="channel"), ValueError, r"per must be 'element' or 'head', got 'channel'"),
         (lambda: OutputGate(8, 2, 4)(torch.ones(1, 3, 8), torch.ones(1, 3, 6)), ValueError,
-         r"out must be \(B, N, H \* d\) = \(1, 3, 8\) to match x, got \(1, 3, 6\)"),
+         r"out must have shape \(1, 3, 8\), got \(1, 3, 6\)"),
         (lambda: split_fused_q_gate(torch.ones(10, 4), 2, 3), ValueError,
-         r"weight must be \(H \* 2d, D\) with H \* 2d = 12, got \(10, 4\)"),
+         r"weight must have shape \(12, None\), got \(10, 4\)"),
     ],
 )
 def test_bad_input_raises_named_errors(make, error, match):
     with pytest.raises(error, match=match):
         make()
+
+
+# --- planted-bug classes: extreme scores, half precision, the cap's bound -------------------
+
+
+def test_large_cap_is_shift_invariant_far_below_zero():
+    """A cap of 1e14 is the identity on these scores; shift every score by -1e10
+    and masked keys must still get exactly nothing (masking before the cap, or
+    a finite fill, gives them weight)."""
+    q, k, v = qkv()
+    mask = torch.ones(5, 7, dtype=torch.bool).tril(2)
+    want = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    scale = q.shape[-1] ** -0.5
+    q2 = torch.cat((q, torch.full_like(q[..., :1], -1e10 / scale)), -1)
+    k2 = torch.cat((k, torch.ones_like(k[..., :1])), -1)
+    got = softcap_attention(q2, k2, v, cap=1e14, attn_mask=mask, scale=scale)
+    assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("spread", [1.0, 300.0])
+def test_softcap_attention_half_precision_within_rounding_of_float64(dtype, spread):
+    """Same rounded inputs, twice the rounding error at most; spread 300 makes
+    raw logits overflow float16 before the cap."""
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 3, 5, 16, generator=g) * s for s in (spread, spread, 1.0))
+    q, k, v = q.to(dtype), k.to(dtype), v.to(dtype)
+    exact = softcap_attention(q.double(), k.double(), v.double(), cap=50.0)
+    got = softcap_attention(q, k, v, cap=50.0).double()
+    rounding = (exact.to(dtype).double() - exact).abs().max()
+    assert (got - exact).abs().max() <= 2 * rounding + torch.finfo(dtype).eps
+
+
+def test_the_cap_bounds_each_logit_but_not_the_weight_ratio():
+    """What the page now says: capped logits stay inside (-c, c), so their gap
+    is below 2c, yet raw 100 and 30 at c = 50 still give a ratio near 2e9."""
+    raw = torch.tensor([100.0, 30.0, -1e6, 1e6], dtype=torch.float64)
+    capped = softcap(raw, 50.0)
+    assert capped.abs().max() <= 50.0  # tanh rounds to 1 in floating point far out
+    assert capped[0].item() == pytest.approx(48.2, abs=0.05) and capped[1].item() == pytest.approx(26.9, abs=0.05)
+    assert 1e9 < math.exp(capped[0] - capped[1]) < 3e9
+    slope = 1 - torch.tanh(torch.tensor(200.0 / 50.0)) ** 2
+    assert slope < 2e-3  # 0.0013 at 4c: the gradient does vanish far beyond the cap

@@ -26,9 +26,9 @@ import torch
 from torch import nn
 from torch.testing import assert_close
 
-from snippets.modern.block import DecoderAttention, DecoderLayer, RMSNorm, SwiGLU, rope_tables
-from snippets.modern.gates import OutputGate, SoftCap, split_fused_q_gate
-from snippets.modern.sinks import LearnedSinks, sink_window_mask
+from snippets.modern.modern_block import DecoderAttention, DecoderLayer, RMSNorm, SwiGLU, rotary_tables
+from snippets.modern.gates_and_caps import OutputGate, SoftCap, split_fused_q_gate
+from snippets.modern.attention_sinks import LearnedSinks, sink_window_mask
 
 from transformers_support import require_transformers, skip_module_without_transformers, transformers
 
@@ -91,7 +91,7 @@ def additive(allowed: torch.Tensor) -> torch.Tensor:
 def tables(positions, rotary_dim, base, layout="halves twice"):
     """Our float64 RoPE tables in the layout a HF module takes: Llama-style
     modules want cos repeated over both halves, gpt-oss wants one half."""
-    cos, sin = rope_tables(positions, rotary_dim, base)  # (B, N, r/2)
+    cos, sin = rotary_tables(positions, rotary_dim, base)  # (B, N, r/2)
     if layout == "halves twice":
         cos, sin = torch.cat((cos, cos), -1), torch.cat((sin, sin), -1)  # (B, N, r)
     return cos, sin

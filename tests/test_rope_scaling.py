@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch.testing import assert_close
 
 from snippets.attention.rotary import apply_rotary, rotary_cache
-from snippets.modern.rope_scaling import (
+from snippets.modern.long_context_rope import (
     ROPE_TYPES,
     ScaledRotaryEmbedding,
     apply_partial_rotary,
@@ -407,9 +407,9 @@ def test_validation_messages():
         rope_inv_freq(64, seq_len=-3)
     with pytest.raises(ValueError, match=r"attention_factor must be a finite number > 0.0, got -1.0"):
         rope_inv_freq(64, attention_factor=-1.0)
-    with pytest.raises(ValueError, match=r"beta_fast must be a finite number > 32.0, got 8.0"):
+    with pytest.raises(ValueError, match=r"beta_fast must be a finite number >= 32.0, got 8.0"):
         yarn_ramp(64, 10000.0, 128, beta_fast=8.0, beta_slow=32.0)
-    with pytest.raises(ValueError, match=r"high_freq_factor must be a finite number > 4.0, got 1.0"):
+    with pytest.raises(ValueError, match=r"high_freq_factor must be a finite number >= 4.0, got 1.0"):
         llama3_scaling(rope_frequencies(8), 8.0, low_freq_factor=4.0, high_freq_factor=1.0)
     with pytest.raises(TypeError, match=r"inv_freq must be a torch.Tensor, got list"):
         linear_scaling([1.0], 2.0)

@@ -23,7 +23,7 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from snippets.modern.rope_scaling import ScaledRotaryEmbedding, apply_partial_rotary, rope_inv_freq, rotary_angles
+from snippets.modern.long_context_rope import ScaledRotaryEmbedding, apply_partial_rotary, rope_inv_freq, rotary_angles
 
 from transformers_support import require_transformers, skip_module_without_transformers, transformers
 
@@ -76,6 +76,35 @@ SCALED = [
     (64, dict(rope_type="yarn", rope_theta=10000.0, factor=4.0, original_max_position_embeddings=256,
               partial_rotary_factor=0.5), 1024),
 ]
+
+
+# Released configurations with equal bounds: the ramp degenerates to a step.
+# Kimi K2's config.json: YaRN, factor 32, beta_fast = beta_slow = 1, mscale and
+# mscale_all_dim 1, original 4,096, rope_theta 50,000, a 64-wide rotary part.
+KIMI_K2 = dict(rope_type="yarn", rope_theta=50000.0, factor=32.0, beta_fast=1.0, beta_slow=1.0, mscale=1.0,
+               mscale_all_dim=1.0, original_max_position_embeddings=4096)
+# Llama 4 Scout's config.json (Meta's release): llama3, factor 16, low and high
+# frequency factors 1 and 1, original 8,192, rope_theta 500,000, d = 128.
+LLAMA4_SCOUT = dict(rope_type="llama3", rope_theta=500000.0, factor=16.0, low_freq_factor=1.0,
+                    high_freq_factor=1.0, original_max_position_embeddings=8192)
+SCALED += [(64, KIMI_K2, 131072), (128, LLAMA4_SCOUT, 10485760)]
+
+
+@pytest.mark.parametrize("name,d,params,max_pos", [("kimi-k2", 64, KIMI_K2, 131072),
+                                                   ("llama-4-scout", 128, LLAMA4_SCOUT, 10485760)])
+def test_released_configs_with_equal_bounds(name, d, params, max_pos):
+    """Both were refused before (beta_fast must exceed beta_slow; high_freq_factor
+    must exceed low_freq_factor); transformers accepts them and so must we."""
+    theirs, their_factor = rope_utils().ROPE_INIT_FUNCTIONS[params["rope_type"]](llama_config(d, params, max_pos), "cpu")
+    mine, my_factor = ours(d, params, max_pos)
+    assert torch.isfinite(mine).all()
+    assert_close(mine, theirs.float())
+    assert my_factor == pytest.approx(their_factor, rel=1e-12)
+    base = rope_utils().ROPE_INIT_FUNCTIONS["linear"](llama_config(d, {"rope_type": "linear", "factor": 1.0,
+                                                                       "rope_theta": params["rope_theta"]}, max_pos),
+                                                      "cpu")[0]
+    ratio = (base / mine).float()  # every plane is either kept (1) or divided (factor): a step
+    assert (((ratio - 1).abs() < 1e-5) | ((ratio - params["factor"]).abs() < 1e-3 * params["factor"])).all()
 
 
 @pytest.mark.parametrize("d,params,max_pos", SCALED, ids=lambda v: str(v) if not isinstance(v, dict) else v["rope_type"])

@@ -197,20 +197,20 @@ SMOKE: dict[str, tuple[str, str]] = {
         "c = m.StaticKVCache(1, 1, 1, 2, 4); result = c.mask(torch.tensor([1])).tolist()",
         "[[True, True, False, False]]",
     ),
-    "modern/block.py": (
+    "modern/modern_block.py": (
         "layer = m.DecoderLayer(m.DecoderAttention(8, 2, 1, qk_norm='head'), 8, m.swiglu_width(8, 4))\n"
         "y = layer(torch.randn(2, 5, 8))\n"
         "result = (tuple(y.shape), m.swiglu_width(4096), sorted(layer.state_dict())[0])",
         "((2, 5, 8), 11008, 'input_layernorm.weight')",
     ),
-    "modern/sinks.py": (
+    "modern/attention_sinks.py": (
         "c = m.SinkCache(4, 4)\n"
         "for t in range(10): c.update(torch.randn(1, 1, 1, 2), torch.randn(1, 1, 1, 2))\n"
         "q = torch.randn(1, 2, 3, 4); out = m.sink_attention(q, q, q, torch.zeros(2))\n"
         "result = (c.positions.tolist(), tuple(out.shape), tuple(m.streaming_attention(q, q, q, n_sink=1, window=1).shape))",
         "([0, 1, 2, 3, 6, 7, 8, 9], (1, 2, 3, 4), (1, 2, 3, 4))",
     ),
-    "modern/gates.py": (
+    "modern/gates_and_caps.py": (
         "q = torch.randn(1, 2, 3, 4); out = m.softcap_attention(q, q, q, cap=50.0)\n"
         "g = m.OutputGate(8, 2, 4)(torch.randn(1, 3, 8), torch.ones(1, 3, 8))\n"
         "result = (tuple(out.shape), tuple(g.shape), round(m.softcap(torch.tensor(50.0), 50.0).item(), 2))",
@@ -244,14 +244,14 @@ SMOKE: dict[str, tuple[str, str]] = {
         "result = m.layer_pattern(4, 4)",
         "('linear', 'linear', 'linear', 'full')",
     ),
-    "modern/rope_scaling.py": (
+    "modern/long_context_rope.py": (
         "f, a = m.rope_inv_freq(128, rope_type='llama3', base=500000.0, factor=8.0, original_max_position_embeddings=8192)\n"
         "result = (tuple(f.shape), a, m.nope_positions(torch.tensor([[0, 5, 5, 5]]), 0).round().tolist())",
         "((64,), 1.0, [[0.0, 1.0, 2.0, 3.0]])",
     ),
     "modern/latent_attention.py": (
         "a = m.MultiHeadLatentAttention(16, 2, kv_lora_rank=4, q_lora_rank=6, qk_nope_head_dim=4, rope_dim=2, v_head_dim=3).double()\n"
-        "x = torch.randn(1, 5, 16, dtype=torch.float64); c = m.LatentCache(1, 4, 2, 5, dtype=torch.float64)\n"
+        "x = torch.randn(1, 5, 16, dtype=torch.float64); c = a.make_cache(1, 5)\n"
         "y = torch.cat([a(x[:, :3], cache=c), a(x[:, 3:4], cache=c, absorbed=True), a(x[:, 4:], cache=c, absorbed=True)], 1)\n"
         "result = (tuple(y.shape), torch.allclose(y, a(x), atol=1e-12), c.nbytes)",
         "((1, 5, 16), True, 240)",

@@ -13,10 +13,10 @@ import matplotlib.pyplot as plt
 import torch
 import torch.nn.functional as F
 
-from snippets.modern.sinks import (
+from snippets.modern.attention_sinks import (
     SinkCache,
-    apply_rope,
-    rope_tables,
+    apply_rotary,
+    rotary_tables,
     sink_attention,
     sink_window_mask,
     streaming_attention,
@@ -81,8 +81,8 @@ B, H, N, d = 1, 2, 40, 16
 k_sink, w = 4, 8
 q, k, v = (torch.randn(B, H, N, d, dtype=torch.float64) for _ in range(3))
 original = streaming_attention(q, k, v, n_sink=k_sink, window=w, positions="original")
-cos, sin = rope_tables(torch.arange(N), d)
-dense = F.scaled_dot_product_attention(apply_rope(q, cos, sin), apply_rope(k, cos, sin), v,
+cos, sin = rotary_tables(torch.arange(N), d)
+dense = F.scaled_dot_product_attention(apply_rotary(q, cos, sin), apply_rotary(k, cos, sin), v,
                                        attn_mask=sink_window_mask(N, N, k_sink, w))
 print(f"text positions:  max |streaming - dense under the mask| = {(original - dense).abs().max():.1e}")
 cached = streaming_attention(q, k, v, n_sink=k_sink, window=w, positions="cache")

@@ -12,11 +12,31 @@ import matplotlib.pyplot as plt
 import torch
 import torch.nn.functional as F
 
-from snippets.modern.block import DecoderAttention
-from snippets.modern.gates import OutputGate, softcap, softcap_attention
+from snippets.modern.modern_block import DecoderAttention
+from snippets.modern.gates_and_caps import OutputGate, softcap, softcap_attention
 
 torch.manual_seed(0)
 print(f"torch {torch.__version__}")
+
+# %% [markdown]
+# ## What a cap of 50 bounds, and what it does not
+#
+# Each capped logit lies in (-50, 50), so no score overflows and no two differ
+# by 100 or more. Two capped logits can still be far apart: raw scores 100 and
+# 30 keep a gap of about 21, and the softmax between them is nearly one-hot.
+# The slope of the cap, 1 - tanh^2(s / c), is what the gradient is multiplied
+# by: it dies away for large scores.
+
+# %%
+raw = torch.tensor([100.0, 30.0], dtype=torch.float64)
+capped = softcap(raw, 50.0)
+ratio = torch.exp(capped[0] - capped[1]).item()
+print(f"capped logits: {capped[0].item():.2f} and {capped[1].item():.2f}")
+print(f"weight ratio after the softmax: {ratio:.2e}")
+for s in (50.0, 100.0, 200.0):
+    slope = 1 - torch.tanh(torch.tensor(s / 50.0)) ** 2
+    print(f"slope of the cap at s = {s:5.0f}: {slope.item():.4f}")
+
 
 # %% [markdown]
 # ## The cap and its slope

@@ -13,7 +13,7 @@ import torch
 
 from snippets.efficiency.kv_cache import KVCache
 from snippets.modern.cache_size import mha_cache_elements, mla_cache_elements, model_cache_bytes
-from snippets.modern.latent_attention import LatentCache, MultiHeadLatentAttention
+from snippets.modern.latent_attention import MultiHeadLatentAttention
 
 torch.manual_seed(0)
 print(f"torch {torch.__version__}")
@@ -53,7 +53,7 @@ print(f"output {tuple(naive.shape)}, max |absorbed - naive| = {(absorbed - naive
 # never stored.
 
 # %%
-cache = LatentCache(2, 32, 8, max_len=24, dtype=torch.float64)
+cache = mla.make_cache(2, max_len=24)  # the layer knows d_c, d_R, dtype and device
 with torch.no_grad():
     steps = [mla(x[:, :8], cache=cache)] + [mla(x[:, t:t + 1], cache=cache, absorbed=True) for t in range(8, 24)]
 decoded = torch.cat(steps, dim=1)

@@ -12,7 +12,7 @@ import matplotlib.pyplot as plt
 import torch
 from torch import nn
 
-from snippets.modern.block import DecoderAttention, DecoderLayer, RMSNorm, sdpa_attend, swiglu_width
+from snippets.modern.modern_block import DecoderAttention, DecoderLayer, RMSNorm, sdpa_attend, swiglu_width
 from _plotting import attention_heatmap
 
 torch.manual_seed(0)

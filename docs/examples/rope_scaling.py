@@ -16,7 +16,7 @@ import _plotting  # noqa: F401  (white figures that read in both palettes)
 import matplotlib.pyplot as plt
 import torch
 
-from snippets.modern.rope_scaling import nope_positions, rope_frequencies, rope_inv_freq
+from snippets.modern.long_context_rope import nope_positions, rope_frequencies, rope_inv_freq
 
 print(f"torch {torch.__version__}")
 d, base, L, s = 128, 500000.0, 8192, 8.0
@@ -114,3 +114,19 @@ ax.set_ylabel("position read back")
 ax.legend(fontsize=8)
 fig.tight_layout()
 plt.show()
+
+
+# %% [markdown]
+# ## Angles in low precision
+#
+# The fastest plane turns one radian per token, so at position 131,071 its
+# angle is 131,071 radians. Here is how far apart bfloat16 spaces its numbers
+# just below 131,072, and how many turns of that plane the gap is.
+
+# %%
+angle = torch.tensor(131071.0)
+below = torch.tensor(131072.0, dtype=torch.bfloat16)
+gap = (below.float() - torch.nextafter(below, torch.tensor(0.0, dtype=torch.bfloat16)).float()).item()
+print(f"bfloat16 rounds {angle.item():.0f} to {angle.to(torch.bfloat16).item():.0f}")
+print(f"bfloat16 spacing just below 131,072: {gap:.0f}, about {gap / (2 * math.pi):.0f} turns")
+print(f"float16 holds at most {torch.finfo(torch.float16).max:,.0f}")

@@ -16,12 +16,12 @@ from torch import nn
 
 from hooks.models_table import cache_bytes, layer_types, load_models
 from snippets.architecture.block import TorchAttention, TransformerBlock
-from snippets.modern.block import DecoderAttention, DecoderLayer, swiglu_width
+from snippets.modern.modern_block import DecoderAttention, DecoderLayer, swiglu_width
 from snippets.modern.cache_size import mha_cache_elements, mla_cache_elements
-from snippets.modern.gates import softcap
+from snippets.modern.gates_and_caps import softcap
 from snippets.modern.layer_patterns import layer_mask
-from snippets.modern.rope_scaling import rope_frequencies, rope_inv_freq
-from snippets.modern.sinks import SinkCache, sink_window_mask
+from snippets.modern.long_context_rope import rope_frequencies, rope_inv_freq
+from snippets.modern.attention_sinks import SinkCache, sink_window_mask
 
 
 def _models() -> dict[str, dict]:

@@ -1,4 +1,5 @@
-"""How much a decoder caches per token: multi-head, grouped-query, multi-query and latent attention,
+"""How much a decoder caches per token: multi-head, grouped-query, multi-query and
+latent attention,
 and what local layers save.
 
 Papers: Shazeer (2019), "Fast Transformer Decoding: One Write-Head is All You
@@ -23,7 +24,12 @@ This file needs only torch and the standard library: copy it into a project.
 
 from __future__ import annotations
 
-__all__ = ["mha_cache_elements", "mla_cache_elements", "cached_tokens", "model_cache_bytes"]
+__all__ = [
+    "mha_cache_elements",
+    "mla_cache_elements",
+    "cached_tokens",
+    "model_cache_bytes",
+]
 
 
 # --8<-- [start:validate]
@@ -34,11 +40,21 @@ def _check_cache_int(name: str, value: object, minimum: int) -> None:
 
 def _check_cache_kinds(layer_types: object) -> None:
     if not isinstance(layer_types, (list, tuple)):
-        raise TypeError(f"layer_types must be a list of layer kinds, got {type(layer_types).__name__}")
-    kinds = ("full_attention", "sliding_attention", "chunked_attention", "linear_attention")
+        raise TypeError(
+            "layer_types must be a list of layer kinds, got "
+            f"{type(layer_types).__name__}"
+        )
+    kinds = (
+        "full_attention",
+        "sliding_attention",
+        "chunked_attention",
+        "linear_attention",
+    )
     for i, kind in enumerate(layer_types):
         if kind not in kinds:
             raise ValueError(f"layer_types[{i}] must be one of {kinds}, got {kind!r}")
+
+
 # --8<-- [end:validate]
 
 
@@ -65,11 +81,15 @@ def mla_cache_elements(kv_lora_rank: int, rope_dim: int) -> int:
     _check_cache_int("kv_lora_rank", kv_lora_rank, 1)
     _check_cache_int("rope_dim", rope_dim, 0)
     return kv_lora_rank + rope_dim
+
+
 # --8<-- [end:per_token]
 
 
 # --8<-- [start:cached_tokens]
-def cached_tokens(kind: str, seq_len: int, *, window: int | None = None, chunk: int | None = None) -> int:
+def cached_tokens(
+    kind: str, seq_len: int, *, window: int | None = None, chunk: int | None = None
+) -> int:
     """Tokens one layer must keep after ``seq_len`` tokens.
 
     ``full_attention``: all of them; ``sliding_attention``: at most the window;
@@ -82,20 +102,27 @@ def cached_tokens(kind: str, seq_len: int, *, window: int | None = None, chunk: 
         return seq_len
     if kind == "sliding_attention":
         if window is None:
-            raise ValueError("window must be given for a sliding_attention layer, got None")
+            raise ValueError(
+                "window must be given for a sliding_attention layer, got None"
+            )
         _check_cache_int("window", window, 1)
         return min(seq_len, window)
     if kind == "chunked_attention":
         if chunk is None:
-            raise ValueError("chunk must be given for a chunked_attention layer, got None")
+            raise ValueError(
+                "chunk must be given for a chunked_attention layer, got None"
+            )
         _check_cache_int("chunk", chunk, 1)
         return min(seq_len, chunk)
     if kind == "linear_attention":
         return 0
     raise ValueError(
-        "kind must be one of 'full_attention', 'sliding_attention', 'chunked_attention', "
+        "kind must be one of 'full_attention', 'sliding_attention', "
+        "'chunked_attention', "
         f"'linear_attention', got {kind!r}"
     )
+
+
 # --8<-- [end:cached_tokens]
 
 
@@ -112,7 +139,8 @@ def model_cache_bytes(
 ) -> int:
     """Bytes of the whole decoding cache after ``seq_len`` tokens.
 
-    ``batch * bytes_per_element * elements_per_token * sum over layers of cached_tokens``.
+    ``batch * bytes_per_element * elements_per_token`` times the sum over layers of
+    ``cached_tokens``.
 
     Args:
         seq_len: M, tokens per sequence (prompt plus generated).
@@ -130,6 +158,10 @@ def model_cache_bytes(
     _check_cache_int("elements_per_token", elements_per_token, 1)
     _check_cache_int("batch", batch, 0)
     _check_cache_int("bytes_per_element", bytes_per_element, 1)
-    tokens = sum(cached_tokens(kind, seq_len, window=window, chunk=chunk) for kind in layer_types)
+    tokens = sum(
+        cached_tokens(kind, seq_len, window=window, chunk=chunk) for kind in layer_types
+    )
     return batch * bytes_per_element * elements_per_token * tokens
+
+
 # --8<-- [end:bytes]

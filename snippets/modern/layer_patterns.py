@@ -1,4 +1,5 @@
-"""Local and global layers: which mask each layer of a decoder uses, and which layers skip RoPE.
+"""Local and global layers: which mask each layer of a decoder uses, and which
+layers skip RoPE.
 
 Papers and configurations:
 
@@ -33,9 +34,20 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["LAYER_KINDS", "periodic_layer_types", "rope_layers", "layer_mask", "summarize_layer_types"]
+__all__ = [
+    "LAYER_KINDS",
+    "periodic_layer_types",
+    "rope_layers",
+    "layer_mask",
+    "summarize_layer_types",
+]
 
-LAYER_KINDS = ("full_attention", "sliding_attention", "chunked_attention", "linear_attention")
+LAYER_KINDS = (
+    "full_attention",
+    "sliding_attention",
+    "chunked_attention",
+    "linear_attention",
+)
 
 
 # --8<-- [start:validate]
@@ -47,12 +59,18 @@ def _check_layer_count(name: str, value: object, minimum: int) -> None:
 def _check_layer_kind(name: str, kind: object) -> None:
     if kind not in LAYER_KINDS:
         raise ValueError(f"{name} must be one of {LAYER_KINDS}, got {kind!r}")
+
+
 # --8<-- [end:validate]
 
 
 # --8<-- [start:pattern]
 def periodic_layer_types(
-    n_layers: int, period: int, *, local: str = "sliding_attention", glob: str = "full_attention"
+    n_layers: int,
+    period: int,
+    *,
+    local: str = "sliding_attention",
+    glob: str = "full_attention",
 ) -> list[str]:
     """``period - 1`` local layers, then one global layer, repeated.
 
@@ -79,7 +97,7 @@ def periodic_layer_types(
 
 
 def rope_layers(n_layers: int, nope_interval: int | None = None) -> list[bool]:
-    """True for each layer that rotates q and k; every ``nope_interval``-th layer does not.
+    """True for each layer that rotates q and k; every ``nope_interval``-th does not.
 
     Llama 4 drops RoPE in layers 3, 7, 11, ... (``nope_interval=4``); those are
     also its global layers. ``None`` means every layer uses RoPE.
@@ -89,6 +107,8 @@ def rope_layers(n_layers: int, nope_interval: int | None = None) -> list[bool]:
         return [True] * n_layers
     _check_layer_count("nope_interval", nope_interval, 1)
     return [(i + 1) % nope_interval != 0 for i in range(n_layers)]
+
+
 # --8<-- [end:pattern]
 
 
@@ -112,7 +132,7 @@ def layer_mask(
         n_queries: N.
         n_keys: M >= N; ``None`` means M = N.
         window: w, required for sliding layers: keys ``i - w < j <= i``.
-        chunk: C, required for chunked layers: keys ``j <= i`` with ``j // C == i // C``.
+        chunk: C, required for chunked layers: keys j <= i with j // C == i // C.
         device: where to build the mask.
 
     Returns:
@@ -120,36 +140,51 @@ def layer_mask(
     """
     _check_layer_kind("kind", kind)
     if kind == "linear_attention":
-        raise ValueError("kind must name a softmax layer (its layer is a recurrence, with no mask), got 'linear_attention'")
+        raise ValueError(
+            "kind must name a softmax layer (its layer is a recurrence, with no "
+            "mask), got 'linear_attention'"
+        )
     _check_layer_count("n_queries", n_queries, 0)
     m = n_queries if n_keys is None else n_keys
     _check_layer_count("n_keys", m, n_queries)
-    i = torch.arange(m - n_queries, m, device=device)[:, None]  # (N, 1), absolute query positions
+    i = torch.arange(m - n_queries, m, device=device)[
+        :, None
+    ]  # (N, 1), absolute query positions
     j = torch.arange(m, device=device)  # (M,), key positions
     allowed = j <= i  # (N, M): causal
     if kind == "sliding_attention":
         if window is None:
-            raise ValueError("window must be given for a sliding_attention layer, got None")
+            raise ValueError(
+                "window must be given for a sliding_attention layer, got None"
+            )
         _check_layer_count("window", window, 1)
-        allowed = allowed & (j > i - window)  # (N, M): the w most recent keys, itself included
+        allowed = allowed & (
+            j > i - window
+        )  # (N, M): the w most recent keys, itself included
     elif kind == "chunked_attention":
         if chunk is None:
-            raise ValueError("chunk must be given for a chunked_attention layer, got None")
+            raise ValueError(
+                "chunk must be given for a chunked_attention layer, got None"
+            )
         _check_layer_count("chunk", chunk, 1)
         allowed = allowed & (j // chunk == i // chunk)  # (N, M): same chunk only
     return allowed
+
+
 # --8<-- [end:mask]
 
 
 # --8<-- [start:summarize]
 def summarize_layer_types(layer_types: list[str]) -> str:
-    """A short description of a layer pattern, e.g. ``"5 sliding : 1 full (x10) + 2 sliding"``.
+    """Describe a layer pattern, e.g. "5 sliding : 1 full (x10) + 2 sliding".
 
     The smallest repeating group is named with its repeat count; a tail shorter
     than one group follows it.
     """
     if not isinstance(layer_types, (list, tuple)) or not layer_types:
-        raise ValueError(f"layer_types must be a non-empty list of layer kinds, got {layer_types!r}")
+        raise ValueError(
+            f"layer_types must be a non-empty list of layer kinds, got {layer_types!r}"
+        )
     for i, kind in enumerate(layer_types):
         _check_layer_kind(f"layer_types[{i}]", kind)
 
@@ -164,11 +199,19 @@ def summarize_layer_types(layer_types: list[str]) -> str:
         return " : ".join(f"{count} {short}" for count, short in out)
 
     n = len(layer_types)
-    period = next(p for p in range(1, n + 1) if all(layer_types[k] == layer_types[k % p] for k in range(n)))
+    period = next(
+        p
+        for p in range(1, n + 1)
+        if all(layer_types[k] == layer_types[k % p] for k in range(n))
+    )
     if period == 1:
         return f"all {n} {layer_types[0].split('_')[0]}"
     repeats, tail = divmod(n, period)
     if repeats == 1:
         return runs(layer_types)
-    return f"{runs(layer_types[:period])} (x{repeats})" + (f" + {runs(layer_types[n - tail:])}" if tail else "")
+    return f"{runs(layer_types[:period])} (x{repeats})" + (
+        f" + {runs(layer_types[n - tail :])}" if tail else ""
+    )
+
+
 # --8<-- [end:summarize]

@@ -28,8 +28,9 @@ rotary code of the ``transformers`` Llama and GPT-NeoX models
 tests/test_rope_scaling.py.
 
 Layout: half-split planes (i, i + r/2) inside the first r = rotary dimensions
-of each head, as GPT-NeoX, Llama and ``transformers`` pair them; the remaining
-d - r dimensions pass through unrotated.
+of each head, as GPT-NeoX and Hugging Face's port of Llama pair them (Meta's
+own Llama code pairs (2i, 2i + 1)); the remaining d - r dimensions pass
+through unrotated.
 
 This file needs only torch and the standard library: copy it into a project.
 """
@@ -63,14 +64,23 @@ __all__ = [
 ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "llama3")
 
 
-# --8<-- [start:validate]
 def _rope_check_int(name: str, value: object, minimum: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
 
 
-def _rope_check_number(name: str, value: object, *, above: float | None = None, at_least: float | None = None) -> None:
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+def _rope_check_number(
+    name: str,
+    value: object,
+    *,
+    above: float | None = None,
+    at_least: float | None = None,
+) -> None:
+    ok = (
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+    )
     if ok and above is not None:
         ok = value > above
     if ok and at_least is not None:
@@ -88,62 +98,104 @@ def _rope_check_tensor(name: str, t: object) -> None:
 def _rope_check_inv_freq(inv_freq: object) -> None:
     _rope_check_tensor("inv_freq", inv_freq)
     if not inv_freq.is_floating_point() or inv_freq.dim() != 1:
-        raise ValueError(f"inv_freq must be a floating (r/2,) tensor, got {inv_freq.dtype} of shape {tuple(inv_freq.shape)}")
+        raise ValueError(
+            f"inv_freq must be a floating (r/2,) tensor, got {inv_freq.dtype} of "
+            f"shape {tuple(inv_freq.shape)}"
+        )
 
 
 def _rope_check_rotary_inputs(x: object, cos: object, sin: object) -> None:
-    """x ``(B, H, N, d)``; cos and sin ``(N, r/2)`` or ``(B, N, r/2)``, r <= d; floating, on x's device."""
+    """x ``(B, H, N, d)``; cos and sin ``(N, r/2)`` or ``(B, N, r/2)``, r <= d; "
+    "floating, on x's device."""
     for name, t in (("x", x), ("cos", cos), ("sin", sin)):
         _rope_check_tensor(name, t)
     for name, t in (("cos", cos), ("sin", sin)):
         if not t.is_floating_point():
             raise ValueError(f"{name} must be a floating tensor, got {t.dtype}")
     if not x.is_floating_point() or x.dim() != 4:
-        raise ValueError(f"x must be a floating (B, H, N, d) tensor, got {x.dtype} of shape {tuple(x.shape)}")
-    (b, _, n, d), half = x.shape, cos.shape[-1]
-    if (cos.shape != sin.shape or cos.dim() not in (2, 3) or cos.shape[-2] != n or not 1 <= 2 * half <= d
-            or (cos.dim() == 3 and cos.shape[0] not in (1, b))):
         raise ValueError(
-            f"cos and sin must both be (N, r/2) or (B, N, r/2) with B={b}, N={n} and r <= d={d}, "
+            f"x must be a floating (B, H, N, d) tensor, got {x.dtype} of shape "
+            f"{tuple(x.shape)}"
+        )
+    (b, _, n, d), half = x.shape, cos.shape[-1]
+    if (
+        cos.shape != sin.shape
+        or cos.dim() not in (2, 3)
+        or cos.shape[-2] != n
+        or not 1 <= 2 * half <= d
+        or (cos.dim() == 3 and cos.shape[0] not in (1, b))
+    ):
+        raise ValueError(
+            f"cos and sin must both be (N, r/2) or (B, N, r/2) with B={b}, N={n} and "
+            f"r <= d={d}, "
             f"got {tuple(cos.shape)} and {tuple(sin.shape)}"
         )
     for name, t in (("cos", cos), ("sin", sin)):
         if t.device != x.device:
-            raise ValueError(f"{name} must be on the device of x {x.device}, got {t.device}")
+            raise ValueError(
+                f"{name} must be on the device of x {x.device}, got {t.device}"
+            )
 
 
 def _rope_check_qk(q: object, k: object, d_head: int, device: torch.device) -> None:
-    """q ``(B, H, N, d)`` and k ``(B, H_kv, M, d)``, floating, N <= M, on the module's device."""
+    """q ``(B, H, N, d)`` and k ``(B, H_kv, M, d)``, floating, N <= M, on the "
+    "module's device."""
     for name, t in (("q", q), ("k", k)):
         _rope_check_tensor(name, t)
         if not t.is_floating_point() or t.dim() != 4:
-            raise ValueError(f"{name} must be a floating (B, H, length, d) tensor, got {t.dtype} of shape {tuple(t.shape)}")
+            raise ValueError(
+                f"{name} must be a floating (B, H, length, d) tensor, got {t.dtype} "
+                f"of shape {tuple(t.shape)}"
+            )
         if t.device != device:
-            raise ValueError(f"{name} must be on the module's device {device}, got {t.device}")
+            raise ValueError(
+                f"{name} must be on the module's device {device}, got {t.device}"
+            )
     n, m = q.shape[-2], k.shape[-2]
     if n > m:
         raise ValueError(f"q may not be longer than k, got N={n} and M={m}")
     if q.shape[-1] != d_head or k.shape[-1] != d_head:
-        raise ValueError(f"q and k must have last dimension d={d_head}, got {q.shape[-1]} and {k.shape[-1]}")
+        raise ValueError(
+            f"q and k must have last dimension d={d_head}, got {q.shape[-1]} and "
+            f"{k.shape[-1]}"
+        )
 
 
 def _rope_check_tokens(tokens: object, bos_id: object) -> None:
-    """tokens: an integer ``(B, N)`` tensor whose rows hold ``bos_id`` first and only there."""
+    """tokens: an integer ``(B, N)`` tensor whose rows hold ``bos_id`` first and "
+    "only there."""
     _rope_check_tensor("tokens", tokens)
-    if tokens.dim() != 2 or tokens.shape[1] < 1 or tokens.is_floating_point() or tokens.dtype == torch.bool:
-        raise ValueError(f"tokens must be an integer (B, N) tensor, got {tokens.dtype} of shape {tuple(tokens.shape)}")
+    if (
+        tokens.dim() != 2
+        or tokens.shape[1] < 1
+        or tokens.is_floating_point()
+        or tokens.dtype == torch.bool
+    ):
+        raise ValueError(
+            f"tokens must be an integer (B, N) tensor, got {tokens.dtype} of shape "
+            f"{tuple(tokens.shape)}"
+        )
     _rope_check_int("bos_id", bos_id, 0)
     is_bos = tokens == bos_id  # (B, N)
     starts, elsewhere = int(is_bos[:, 0].sum()), int(is_bos[:, 1:].sum())
     if starts != tokens.shape[0] or elsewhere:
         raise ValueError(
-            f"every row of tokens must start with bos_id={bos_id} and hold it only there, got {starts} of "
+            f"every row of tokens must start with bos_id={bos_id} and hold it only "
+            f"there, got {starts} of "
             f"{tokens.shape[0]} rows starting with it and {elsewhere} more of it later"
         )
-# --8<-- [end:validate]
 
 
 # --8<-- [start:frequencies]
+def inverse_frequencies(d_rot: int, base: float, device=None) -> torch.Tensor:
+    """theta_i = base^(-2i / r) in float64, rounded once to float32: (r/2,)."""
+    exponent = torch.arange(0, d_rot, 2, dtype=torch.float64, device=device) / d_rot
+    return (1.0 / base**exponent).float()  # (r/2,)
+
+
+# --8<-- [end:frequencies]
+
+
 def rope_frequencies(
     d_rot: int, base: float = 10000.0, *, device: torch.device | str | None = None
 ) -> torch.Tensor:
@@ -161,11 +213,11 @@ def rope_frequencies(
     """
     _rope_check_int("d_rot", d_rot, 2)
     if d_rot % 2:
-        raise ValueError(f"d_rot must be even (dimensions rotate in pairs), got {d_rot}")
+        raise ValueError(
+            f"d_rot must be even (dimensions rotate in pairs), got {d_rot}"
+        )
     _rope_check_number("base", base, above=1.0)
-    # float64 for the power, then float32: the error of the table stays below one float32 step.
-    exponent = torch.arange(0, d_rot, 2, dtype=torch.float64, device=device) / d_rot  # (r/2,)
-    return (1.0 / base**exponent).float()  # (r/2,)
+    return inverse_frequencies(d_rot, base, device)
 
 
 def rotary_dims(d_head: int, partial_rotary_factor: float = 1.0) -> int:
@@ -175,20 +227,34 @@ def rotary_dims(d_head: int, partial_rotary_factor: float = 1.0) -> int:
     the other dimensions carry no position at all.
     """
     _rope_check_int("d_head", d_head, 2)
-    if not (isinstance(partial_rotary_factor, (int, float)) and not isinstance(partial_rotary_factor, bool)
-            and 0.0 < partial_rotary_factor <= 1.0):
-        raise ValueError(f"partial_rotary_factor must be a number in (0, 1], got {partial_rotary_factor!r}")
+    if not (
+        isinstance(partial_rotary_factor, (int, float))
+        and not isinstance(partial_rotary_factor, bool)
+        and 0.0 < partial_rotary_factor <= 1.0
+    ):
+        raise ValueError(
+            "partial_rotary_factor must be a number in (0, 1], got "
+            f"{partial_rotary_factor!r}"
+        )
     d_rot = int(d_head * partial_rotary_factor)
     if d_rot < 2 or d_rot % 2:
         raise ValueError(
-            f"d_head * partial_rotary_factor must give an even number of rotated dimensions >= 2, "
+            "d_head * partial_rotary_factor must give an even number of rotated "
+            "dimensions >= 2, "
             f"got int({d_head} * {partial_rotary_factor}) = {d_rot}"
         )
     return d_rot
-# --8<-- [end:frequencies]
 
 
 # --8<-- [start:linear]
+def interpolate(inv_freq: torch.Tensor, factor: float) -> torch.Tensor:
+    """theta_i / s: position m turns as position m / s did in training."""
+    return inv_freq / factor  # (r/2,)
+
+
+# --8<-- [end:linear]
+
+
 def linear_scaling(inv_freq: torch.Tensor, factor: float) -> torch.Tensor:
     """Position interpolation: every frequency divided by s.
 
@@ -197,13 +263,26 @@ def linear_scaling(inv_freq: torch.Tensor, factor: float) -> torch.Tensor:
     """
     _rope_check_inv_freq(inv_freq)
     _rope_check_number("factor", factor, at_least=1.0)
-    return inv_freq / factor  # (r/2,)
-# --8<-- [end:linear]
+    return interpolate(inv_freq, factor)
 
 
 # --8<-- [start:ntk]
+def ntk_base(base: float, factor: float, d_rot: int) -> float:
+    """b' = b s^(r / (r - 2)): the slowest plane divided by s, the fastest kept."""
+    return base * factor ** (d_rot / (d_rot - 2))
+
+
+def dynamic_scale(factor: float, seq_len: int, original_length: int) -> float:
+    """The scale for the current length: 1 up to L, then growing linearly."""
+    seq_len = max(seq_len, original_length)  # never scale inside the trained window
+    return factor * seq_len / original_length - (factor - 1)
+
+
+# --8<-- [end:ntk]
+
+
 def ntk_aware_base(base: float, factor: float, d_rot: int) -> float:
-    """"NTK-aware" scaling: a new base b' = b * s^(r / (r - 2)).
+    """ "NTK-aware" scaling: a new base b' = b * s^(r / (r - 2)).
 
     The exponent is chosen so that the slowest plane (i = r/2 - 1) is divided by
     exactly s, like position interpolation, while the fastest (i = 0) keeps its
@@ -213,11 +292,15 @@ def ntk_aware_base(base: float, factor: float, d_rot: int) -> float:
     _rope_check_number("factor", factor, at_least=1.0)
     _rope_check_int("d_rot", d_rot, 4)
     if d_rot % 2:
-        raise ValueError(f"d_rot must be even (dimensions rotate in pairs), got {d_rot}")
-    return base * factor ** (d_rot / (d_rot - 2))
+        raise ValueError(
+            f"d_rot must be even (dimensions rotate in pairs), got {d_rot}"
+        )
+    return ntk_base(base, factor, d_rot)
 
 
-def dynamic_ntk_base(base: float, factor: float, seq_len: int, original_length: int, d_rot: int) -> float:
+def dynamic_ntk_base(
+    base: float, factor: float, seq_len: int, original_length: int, d_rot: int
+) -> float:
     """Dynamic NTK: the NTK-aware base, recomputed for the current length.
 
     Below the original context length nothing changes; beyond it the base grows
@@ -227,15 +310,36 @@ def dynamic_ntk_base(base: float, factor: float, seq_len: int, original_length: 
     _rope_check_int("seq_len", seq_len, 0)
     _rope_check_int("original_length", original_length, 1)
     _rope_check_number("factor", factor, at_least=1.0)
-    seq_len = max(seq_len, original_length)  # never scale inside the trained window
-    scale = factor * seq_len / original_length - (factor - 1)  # 1 at L, grows linearly after
-    return ntk_aware_base(base, scale, d_rot)
-# --8<-- [end:ntk]
+    return ntk_aware_base(base, dynamic_scale(factor, seq_len, original_length), d_rot)
 
 
 # --8<-- [start:yarn]
+def ramp_indices(
+    d_rot: int, base: float, length: int, beta_fast: float, beta_slow: float
+):
+    """The pair indices where a plane turns beta_fast and beta_slow times in L."""
+
+    def index_at(turns: float) -> float:  # solve L base^(-2i/r) / (2 pi) = turns for i
+        return d_rot * math.log(length / (2 * math.pi * turns)) / (2 * math.log(base))
+
+    return index_at(beta_fast), index_at(beta_slow)
+
+
+def ntk_by_parts(inv_freq: torch.Tensor, ramp: torch.Tensor, factor: float):
+    """theta_i (1 - gamma_i) + (theta_i / s) gamma_i: keep fast planes, divide slow."""
+    return inv_freq * (1 - ramp) + (inv_freq / factor) * ramp  # (r/2,)
+
+
+# --8<-- [end:yarn]
+
+
 def yarn_ramp(
-    d_rot: int, base: float, original_length: int, *, beta_fast: float = 32.0, beta_slow: float = 1.0,
+    d_rot: int,
+    base: float,
+    original_length: int,
+    *,
+    beta_fast: float = 32.0,
+    beta_slow: float = 1.0,
     truncate: bool = True,
 ) -> torch.Tensor:
     """How much each plane is interpolated: 0 keeps it, 1 divides it by s.
@@ -251,35 +355,45 @@ def yarn_ramp(
     """
     _rope_check_int("original_length", original_length, 1)
     _rope_check_number("beta_slow", beta_slow, above=0.0)
-    _rope_check_number("beta_fast", beta_fast, above=beta_slow)
+    _rope_check_number("beta_fast", beta_fast, at_least=beta_slow)
     inv_freq = rope_frequencies(d_rot, base)  # validates d_rot and base
-
-    def index_at(turns: float) -> float:
-        # solve L * base^(-2i/r) / (2 pi) = turns for i
-        return d_rot * math.log(original_length / (2 * math.pi * turns)) / (2 * math.log(base))
-
-    low, high = index_at(beta_fast), index_at(beta_slow)
+    low, high = ramp_indices(d_rot, base, original_length, beta_fast, beta_slow)
     if truncate:
         low, high = math.floor(low), math.ceil(high)
     low, high = max(low, 0), min(high, d_rot - 1)
     if low == high:
-        high += 0.001  # a step instead of a division by zero
+        high += 0.001  # equal bounds (Kimi K2's beta_fast = beta_slow = 1): a step
     i = torch.arange(inv_freq.shape[0], dtype=torch.float32)  # (r/2,)
     return ((i - low) / (high - low)).clamp(0.0, 1.0)  # (r/2,)
 
 
 def yarn_scaling(
-    d_rot: int, base: float, factor: float, original_length: int, *, beta_fast: float = 32.0,
-    beta_slow: float = 1.0, truncate: bool = True,
+    d_rot: int,
+    base: float,
+    factor: float,
+    original_length: int,
+    *,
+    beta_fast: float = 32.0,
+    beta_slow: float = 1.0,
+    truncate: bool = True,
 ) -> torch.Tensor:
-    """"NTK-by-parts": fast planes kept, slow planes divided by s, a ramp between."""
+    """ "NTK-by-parts": fast planes kept, slow planes divided by s, a ramp between."""
     _rope_check_number("factor", factor, at_least=1.0)
     inv_freq = rope_frequencies(d_rot, base)  # (r/2,)
-    ramp = yarn_ramp(d_rot, base, original_length, beta_fast=beta_fast, beta_slow=beta_slow, truncate=truncate)
-    return inv_freq * (1 - ramp) + (inv_freq / factor) * ramp  # (r/2,)
+    ramp = yarn_ramp(
+        d_rot,
+        base,
+        original_length,
+        beta_fast=beta_fast,
+        beta_slow=beta_slow,
+        truncate=truncate,
+    )
+    return ntk_by_parts(inv_freq, ramp, factor)
 
 
-def yarn_attention_factor(factor: float, mscale: float | None = None, mscale_all_dim: float | None = None) -> float:
+def yarn_attention_factor(
+    factor: float, mscale: float | None = None, mscale_all_dim: float | None = None
+) -> float:
     """YaRN's sqrt(1/t) = 0.1 ln(s) + 1, the factor that multiplies cos and sin.
 
     q and k both get it, so the scores grow by its square: the softmax is
@@ -297,12 +411,29 @@ def yarn_attention_factor(factor: float, mscale: float | None = None, mscale_all
     if mscale and mscale_all_dim:
         return m(factor, mscale) / m(factor, mscale_all_dim)
     return m(factor)
-# --8<-- [end:yarn]
 
 
 # --8<-- [start:llama3]
+def llama3_rule(inv_freq, factor: float, low: float, high: float, length: int):
+    """Keep planes with more than ``high`` turns in L, divide those under ``low``."""
+    wavelength = 2 * math.pi / inv_freq  # (r/2,) tokens per turn
+    turns = length / wavelength  # turns in the original window L
+    # Blend in between, linear in the turns; equal bounds (Llama 4 Scout) make a step.
+    smooth = ((turns - low) / (high - low if high > low else 1.0)).clamp(0.0, 1.0)
+    blended = (1 - smooth) * inv_freq / factor + smooth * inv_freq
+    keep, divide = wavelength < length / high, wavelength > length / low
+    return torch.where(keep, inv_freq, torch.where(divide, inv_freq / factor, blended))
+
+
+# --8<-- [end:llama3]
+
+
 def llama3_scaling(
-    inv_freq: torch.Tensor, factor: float = 8.0, *, low_freq_factor: float = 1.0, high_freq_factor: float = 4.0,
+    inv_freq: torch.Tensor,
+    factor: float = 8.0,
+    *,
+    low_freq_factor: float = 1.0,
+    high_freq_factor: float = 4.0,
     original_length: int = 8192,
 ) -> torch.Tensor:
     """Llama 3.1's scaling, decided by each plane's wavelength 2 pi / theta_i.
@@ -314,19 +445,13 @@ def llama3_scaling(
     _rope_check_inv_freq(inv_freq)
     _rope_check_number("factor", factor, at_least=1.0)
     _rope_check_number("low_freq_factor", low_freq_factor, above=0.0)
-    _rope_check_number("high_freq_factor", high_freq_factor, above=low_freq_factor)
+    _rope_check_number("high_freq_factor", high_freq_factor, at_least=low_freq_factor)
     _rope_check_int("original_length", original_length, 1)
-    wavelength = 2 * math.pi / inv_freq  # (r/2,) tokens per turn
-    short = wavelength < original_length / high_freq_factor  # many turns in the window: keep
-    long = wavelength > original_length / low_freq_factor  # under one turn: interpolate fully
-    turns = original_length / wavelength
-    smooth = (turns - low_freq_factor) / (high_freq_factor - low_freq_factor)  # 0 .. 1 in between
-    blended = (1 - smooth) * inv_freq / factor + smooth * inv_freq
-    return torch.where(short, inv_freq, torch.where(long, inv_freq / factor, blended))  # (r/2,)
-# --8<-- [end:llama3]
+    return llama3_rule(
+        inv_freq, factor, low_freq_factor, high_freq_factor, original_length
+    )
 
 
-# --8<-- [start:dispatch]
 def rope_inv_freq(
     d_head: int,
     *,
@@ -370,14 +495,21 @@ def rope_inv_freq(
         number that multiplies cos and sin (1 except for YaRN).
     """
     if rope_type not in ROPE_TYPES:
-        raise ValueError(f"rope_type must be one of {list(ROPE_TYPES)}, got {rope_type!r}")
+        raise ValueError(
+            f"rope_type must be one of {list(ROPE_TYPES)}, got {rope_type!r}"
+        )
     d_rot = rotary_dims(d_head, partial_rotary_factor)
     if rope_type != "default":
         _rope_check_number("factor", factor, at_least=1.0)
     if rope_type in ("dynamic", "yarn", "llama3"):
         if original_max_position_embeddings is None:
-            raise ValueError(f"rope_type {rope_type!r} needs original_max_position_embeddings (L), got None")
-        _rope_check_int("original_max_position_embeddings", original_max_position_embeddings, 1)
+            raise ValueError(
+                f"rope_type {rope_type!r} needs original_max_position_embeddings (L), "
+                "got None"
+            )
+        _rope_check_int(
+            "original_max_position_embeddings", original_max_position_embeddings, 1
+        )
     if seq_len is not None:
         _rope_check_int("seq_len", seq_len, 0)
     if attention_factor is not None:
@@ -389,21 +521,46 @@ def rope_inv_freq(
         return linear_scaling(rope_frequencies(d_rot, base), factor), 1.0
     if rope_type == "dynamic":
         length = original_max_position_embeddings if seq_len is None else seq_len
-        new_base = dynamic_ntk_base(base, factor, length, original_max_position_embeddings, d_rot)
+        new_base = dynamic_ntk_base(
+            base, factor, length, original_max_position_embeddings, d_rot
+        )
         return rope_frequencies(d_rot, new_base), 1.0
     if rope_type == "yarn":
-        inv_freq = yarn_scaling(d_rot, base, factor, original_max_position_embeddings, beta_fast=beta_fast,
-                                beta_slow=beta_slow, truncate=truncate)
+        inv_freq = yarn_scaling(
+            d_rot,
+            base,
+            factor,
+            original_max_position_embeddings,
+            beta_fast=beta_fast,
+            beta_slow=beta_slow,
+            truncate=truncate,
+        )
         if attention_factor is None:
             attention_factor = yarn_attention_factor(factor, mscale, mscale_all_dim)
         return inv_freq, attention_factor
-    inv_freq = llama3_scaling(rope_frequencies(d_rot, base), factor, low_freq_factor=low_freq_factor,
-                              high_freq_factor=high_freq_factor, original_length=original_max_position_embeddings)
+    inv_freq = llama3_scaling(
+        rope_frequencies(d_rot, base),
+        factor,
+        low_freq_factor=low_freq_factor,
+        high_freq_factor=high_freq_factor,
+        original_length=original_max_position_embeddings,
+    )
     return inv_freq, 1.0
-# --8<-- [end:dispatch]
 
 
 # --8<-- [start:apply]
+def rotate_half_split(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
+    """Turn planes (i, i + r/2) of the first r dims; pass the other d - r."""
+    half = cos.shape[-1]
+    # (B, H, N, r/2), (B, H, N, r/2), (B, H, N, d - r)
+    x1, x2, rest = x[..., :half], x[..., half : 2 * half], x[..., 2 * half :]
+    rotated = torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)  # (.., r)
+    return torch.cat((rotated, rest), dim=-1)  # (B, H, N, d)
+
+
+# --8<-- [end:apply]
+
+
 def rotary_angles(
     inv_freq: torch.Tensor, positions: torch.Tensor, *, attention_factor: float = 1.0
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -420,18 +577,27 @@ def rotary_angles(
     """
     _rope_check_inv_freq(inv_freq)
     _rope_check_tensor("positions", positions)
-    if positions.dtype == torch.bool or positions.is_complex() or positions.dim() not in (1, 2):
+    if (
+        positions.dtype == torch.bool
+        or positions.is_complex()
+        or positions.dim() not in (1, 2)
+    ):
         raise ValueError(
-            f"positions must be a real (N,) or (B, N) tensor, got dtype {positions.dtype} "
+            "positions must be a real (N,) or (B, N) tensor, got dtype "
+            f"{positions.dtype} "
             f"and shape {tuple(positions.shape)}"
         )
     _rope_check_number("attention_factor", attention_factor, above=0.0)
     # float32 angles, as the model code this is compared with computes them
-    angles = positions.float()[..., None] * inv_freq.float().to(positions.device)  # (..., N, 1) * (r/2,) -> (..., N, r/2)
+    angles = positions.float()[..., None] * inv_freq.float().to(
+        positions.device
+    )  # (..., N, 1) * (r/2,) -> (..., N, r/2)
     return angles.cos() * attention_factor, angles.sin() * attention_factor
 
 
-def apply_partial_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+def apply_partial_rotary(
+    x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
+) -> torch.Tensor:
     """Rotate the first r = 2 * cos.shape[-1] dimensions of x, pass the rest.
 
     Planes (i, i + r/2) inside the rotated block: the half-split layout of
@@ -445,20 +611,17 @@ def apply_partial_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) 
         A tensor like x.
     """
     _rope_check_rotary_inputs(x, cos, sin)
-    half = cos.shape[-1]
     dtype = x.dtype
     acc = torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
     c, s = cos.to(acc), sin.to(acc)
     if c.dim() == 3:
-        c, s = c[:, None], s[:, None]  # (B, N, r/2) -> (B, 1, N, r/2), shared by the heads
-    x = x.to(acc)
-    x1, x2, rest = x[..., :half], x[..., half : 2 * half], x[..., 2 * half :]  # (B, H, N, r/2), (.., r/2), (.., d - r)
-    rotated = torch.cat((x1 * c - x2 * s, x1 * s + x2 * c), dim=-1)  # (B, H, N, r)
-    return torch.cat((rotated, rest), dim=-1).to(dtype)  # (B, H, N, d)
-# --8<-- [end:apply]
+        c, s = (
+            c[:, None],
+            s[:, None],
+        )  # (B, N, r/2) -> (B, 1, N, r/2), shared by the heads
+    return rotate_half_split(x.to(acc), c, s).to(dtype)
 
 
-# --8<-- [start:module]
 class ScaledRotaryEmbedding(nn.Module):
     """Applies (partial, scaled) RoPE to q and k; "dynamic" rescales per call.
 
@@ -470,29 +633,55 @@ class ScaledRotaryEmbedding(nn.Module):
     def __init__(self, d_head: int, **rope: object) -> None:
         super().__init__()
         rope.pop("seq_len", None)  # the length comes with each call
-        inv_freq, attention_factor = rope_inv_freq(d_head, **rope)  # validates everything
+        inv_freq, attention_factor = rope_inv_freq(
+            d_head, **rope
+        )  # validates everything
         self.d_head, self.rope = d_head, rope
         self.rope_type = rope.get("rope_type", "default")
         self.attention_factor = attention_factor
         self.register_buffer("inv_freq", inv_freq, persistent=False)
 
-    def forward(self, q: torch.Tensor, k: torch.Tensor, *, offset: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-        """Rotate q ``(B, H, N, d)`` and k ``(B, H_kv, M, d)``; the queries are the
-        last N of the key positions ``offset .. offset + M - 1``."""
+    def _check_forward(self, q: torch.Tensor, k: torch.Tensor, offset: int) -> None:
         _rope_check_qk(q, k, self.d_head, self.inv_freq.device)
         _rope_check_int("offset", offset, 0)
+
+    # --8<-- [start:module]
+    def forward(self, q: torch.Tensor, k: torch.Tensor, *, offset: int = 0):
+        """Rotate q (B, H, N, d), the last N of the keys k (B, H_kv, M, d)."""
+        self._check_forward(q, k, offset)
         n, m = q.shape[-2], k.shape[-2]
         inv_freq, scale = self.inv_freq, self.attention_factor
         if self.rope_type == "dynamic":  # the frequencies follow the current length
-            inv_freq, scale = rope_inv_freq(self.d_head, **self.rope, seq_len=offset + m)
+            inv_freq, scale = rope_inv_freq(
+                self.d_head, **self.rope, seq_len=offset + m
+            )
         positions = torch.arange(offset, offset + m, device=k.device)  # (M,)
-        cos, sin = rotary_angles(inv_freq, positions, attention_factor=scale)  # (M, r/2) each
-        return apply_partial_rotary(q, cos[m - n :], sin[m - n :]), apply_partial_rotary(k, cos, sin)
-# --8<-- [end:module]
+        cos, sin = rotary_angles(
+            inv_freq, positions, attention_factor=scale
+        )  # (M, r/2) each
+        q = apply_partial_rotary(q, cos[m - n :], sin[m - n :])  # queries: last N
+        return q, apply_partial_rotary(k, cos, sin)
+
+    # --8<-- [end:module]
 
 
 # --8<-- [start:nope]
-def nope_positions(tokens: torch.Tensor, bos_id: int, *, causal: bool = True) -> torch.Tensor:
+def first_token_share(is_first: torch.Tensor, causal: bool) -> torch.Tensor:
+    """Uniform attention over the visible keys, each valued "am I first?": (B, N)."""
+    b, n = is_first.shape
+    q = torch.zeros(b, 1, n, 1, device=is_first.device)  # no content, no position
+    k = torch.zeros_like(q)  # every score is 0: uniform weights over the visible keys
+    v = is_first.float()[:, None, :, None]  # (B, 1, N, 1)
+    share = F.scaled_dot_product_attention(q, k, v, is_causal=causal)  # 1 / (i + 1)
+    return share[:, 0, :, 0]  # (B, N)
+
+
+# --8<-- [end:nope]
+
+
+def nope_positions(
+    tokens: torch.Tensor, bos_id: int, *, causal: bool = True
+) -> torch.Tensor:
     """Read each token's position out of one attention layer that has no positions.
 
     The query ignores the content (every score equal), the value says "I am
@@ -509,11 +698,4 @@ def nope_positions(tokens: torch.Tensor, bos_id: int, *, causal: bool = True) ->
         ``(B, N)`` float32: 0, 1, 2, ... when causal; N - 1 everywhere when not.
     """
     _rope_check_tokens(tokens, bos_id)
-    is_bos = tokens == bos_id  # (B, N)
-    b, n = tokens.shape
-    q = torch.zeros(b, 1, n, 1, device=tokens.device)  # (B, 1, N, 1): no content, no position
-    k = torch.zeros_like(q)  # every score is 0, so the weights are uniform over the visible keys
-    v = is_bos.float()[:, None, :, None]  # (B, 1, N, 1)
-    share = F.scaled_dot_product_attention(q, k, v, is_causal=causal)  # (B, 1, N, 1): 1 / (visible keys)
-    return 1.0 / share[:, 0, :, 0] - 1.0  # (B, N): visible keys - 1
-# --8<-- [end:nope]
+    return 1.0 / first_token_share(tokens == bos_id, causal) - 1.0  # visible keys - 1
