@@ -129,17 +129,21 @@ def _check_rotary_tables(positions: torch.Tensor, rotary_dim: int, base: float) 
             or positions.dtype == torch.bool or positions.dim() not in (1, 2):
         got = f"{positions.dtype} {tuple(positions.shape)}" if isinstance(
             positions, torch.Tensor) else type(positions).__name__
-        raise TypeError(f"positions must be an integer tensor (N,) or (B, N), got {got}")
+        raise TypeError(f"positions must be an integer tensor (N,) or (B, N), "
+                        f"got {got}")
     if not isinstance(rotary_dim, int) or rotary_dim < 2 or rotary_dim % 2:
         raise ValueError(f"rotary_dim must be an even int >= 2, got {rotary_dim!r}")
     if not (isinstance(base, (int, float)) and math.isfinite(base) and base > 1):
         raise ValueError(f"base must be a finite number > 1, got {base!r}")
 
 
-def _check_apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> None:
-    """Refuse tables that do not fit x: a silent broadcast would rotate the wrong rows."""
+def _check_apply_rotary(
+    x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
+) -> None:
+    """Refuse tables that do not fit x: a silent broadcast rotates the wrong rows."""
     if not isinstance(x, torch.Tensor) or not x.is_floating_point() or x.dim() != 4:
-        got = f"{x.dtype} {tuple(x.shape)}" if isinstance(x, torch.Tensor) else type(x).__name__
+        got = f"{x.dtype} {tuple(x.shape)}" if isinstance(x, torch.Tensor) \
+            else type(x).__name__
         raise TypeError(f"x must be a floating tensor (B, H, N, d), got {got}")
     for name, t in (("cos", cos), ("sin", sin)):
         if not isinstance(t, torch.Tensor) or t.dim() not in (2, 3):
@@ -151,9 +155,10 @@ def _check_apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -
         raise ValueError(f"cos and sin must have one shape, got {tuple(cos.shape)} and "
                          f"{tuple(sin.shape)}")
     n, d, half = x.shape[-2], x.shape[-1], cos.shape[-1]
-    if cos.shape[-2] != n or 2 * half > d or (cos.dim() == 3 and cos.shape[0] != x.shape[0]):
-        raise ValueError(f"cos must be (N, r/2) or (B, N, r/2) with N = {n}, r <= d = {d} "
-                         f"and B = {x.shape[0]}, got {tuple(cos.shape)}")
+    batch_ok = cos.dim() == 2 or cos.shape[0] == x.shape[0]
+    if cos.shape[-2] != n or 2 * half > d or not batch_ok:
+        raise ValueError(f"cos must be (N, r/2) or (B, N, r/2) with N = {n}, "
+                         f"r <= d = {d} and B = {x.shape[0]}, got {tuple(cos.shape)}")
 # --8<-- [end:check_rotary]
 
 
@@ -163,7 +168,7 @@ def rotary_tables(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """cos and sin of t * base^(-2i / r) for every position t, each (..., N, r/2)."""
     _check_rotary_tables(positions, rotary_dim, base)
-    # float64 angles: t * theta loses digits in float32 at large t (MPS has no float64).
+    # float64 angles: t * theta loses digits in float32 at large t (no float64 on MPS)
     wide = torch.float32 if positions.device.type == "mps" else torch.float64
     i = torch.arange(0, rotary_dim, 2, dtype=wide, device=positions.device)  # (r/2,)
     inv_freq = base ** (-i / rotary_dim)  # theta_i, (r/2,)
@@ -189,7 +194,10 @@ def apply_rotary(
     else:  # pairs (i, i + r/2): GPT-NeoX and the Hugging Face port of Llama
         x1, x2 = rot[..., : r // 2], rot[..., r // 2 :]  # (B, H, N, r/2) each
     r1, r2 = x1 * c - x2 * s, x1 * s + x2 * c  # (B, H, N, r/2) each
-    out = torch.stack((r1, r2), -1).flatten(-2) if interleaved else torch.cat((r1, r2), -1)
+    if interleaved:  # back to (2i, 2i + 1) order
+        out = torch.stack((r1, r2), dim=-1).flatten(-2)
+    else:
+        out = torch.cat((r1, r2), dim=-1)
     return torch.cat((out.to(x.dtype), x[..., r:]), dim=-1)  # (B, H, N, d)
 # --8<-- [end:apply_rotary]
 
