@@ -42,7 +42,7 @@ def causal_mask(
     n_queries: int, n_keys: int, *, device: torch.device | str | None = None
 ) -> torch.Tensor:
     """(N, M) bool, True where key j <= i + (M - N): the queries are the last N."""
-    _check_lengths(n_queries, n_keys)
+    _check_mask_sizes(n_queries, n_keys)
     i = torch.arange(n_queries, device=device).unsqueeze(-1)  # (N, 1)
     j = torch.arange(n_keys, device=device)  # (M,)
     return j <= i + (n_keys - n_queries)  # (N, 1) vs (M,) -> (N, M)
@@ -63,7 +63,7 @@ def padding_mask(lengths: torch.Tensor, max_len: int | None = None) -> torch.Ten
 # --8<-- [start:broadcast]
 def key_mask_to_attn_mask(key_mask: torch.Tensor) -> torch.Tensor:
     """(B, M) key mask (True = real key) -> (B, 1, 1, M), for (B, H, N, M) scores."""
-    _check_key_mask(key_mask)
+    _check_key_mask_dims(key_mask)
     return key_mask[:, None, None, :]  # (B, M) -> (B, 1, 1, M)
 
 
@@ -113,13 +113,13 @@ def from_mha_mask(mask: torch.Tensor) -> torch.Tensor:
 # --8<-- [end:mha]
 
 
-# --8<-- [start:check_lengths]
-def _check_lengths(n_queries: int, n_keys: int) -> None:
+# --8<-- [start:check_mask_sizes]
+def _check_mask_sizes(n_queries: int, n_keys: int) -> None:
     """Refuse a length that is not a whole number >= 0."""
     for name, value in (("n_queries", n_queries), ("n_keys", n_keys)):
         if not isinstance(value, int) or value < 0:
             raise ValueError(f"{name} must be an int >= 0, got {value!r}")
-# --8<-- [end:check_lengths]
+# --8<-- [end:check_mask_sizes]
 
 
 # --8<-- [start:validate]
@@ -152,7 +152,7 @@ def _check_bool(mask: torch.Tensor, name: str, dtype: torch.dtype | None = None
         raise TypeError(f"dtype must be a floating dtype, got {dtype!r}")
 
 
-def _check_key_mask(key_mask: torch.Tensor) -> None:
+def _check_key_mask_dims(key_mask: torch.Tensor) -> None:
     _check_bool(key_mask, "key_mask")
     if key_mask.dim() != 2:
         raise ValueError(f"key_mask must have shape (B, M), got shape "
@@ -168,7 +168,7 @@ def _check_combine(attn_mask: torch.Tensor | None, key_mask: torch.Tensor | None
             raise ValueError("attn_mask must have shape (N, M), (B, N, M) or "
                              f"(B, H, N, M), got shape {tuple(attn_mask.shape)}")
     if key_mask is not None:
-        _check_key_mask(key_mask)
+        _check_key_mask_dims(key_mask)
     if attn_mask is None or key_mask is None:
         return
     if attn_mask.device != key_mask.device:

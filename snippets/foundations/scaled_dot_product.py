@@ -33,20 +33,20 @@ def causal_mask(
     n_queries: int, n_keys: int, *, device: torch.device | str | None = None
 ) -> torch.Tensor:
     """(N, M) bool, True where key j <= i + (M - N): the queries are the last N."""
-    _check_lengths(n_queries, n_keys)
+    _check_mask_sizes(n_queries, n_keys)
     i = torch.arange(n_queries, device=device).unsqueeze(-1)  # (N, 1)
     j = torch.arange(n_keys, device=device)  # (M,)
     return j <= i + (n_keys - n_queries)  # (N, 1) vs (M,) -> (N, M)
 # --8<-- [end:causal_mask]
 
 
-# --8<-- [start:check_lengths]
-def _check_lengths(n_queries: int, n_keys: int) -> None:
+# --8<-- [start:check_mask_sizes]
+def _check_mask_sizes(n_queries: int, n_keys: int) -> None:
     """Refuse a length that is not a whole number >= 0."""
     for name, value in (("n_queries", n_queries), ("n_keys", n_keys)):
         if not isinstance(value, int) or value < 0:
             raise ValueError(f"{name} must be an int >= 0, got {value!r}")
-# --8<-- [end:check_lengths]
+# --8<-- [end:check_mask_sizes]
 
 
 # --8<-- [start:masked_softmax]
