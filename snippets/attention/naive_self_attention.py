@@ -50,14 +50,14 @@ def naive_self_attention(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     Shape:
         ``(B, N, D) -> (B, N, D)``.
     """
-    _check_tokens(x)
+    _check_naive_input(x)
     # Half precision is scored in float32: x_i . x_j overflows float16 quickly.
     acc = torch.float32 if x.dtype in (torch.float16, torch.bfloat16) else x.dtype
     out, weights = naive_attention(x.to(acc))
     return out.to(x.dtype), weights.to(x.dtype)
 
 
-def _check_tokens(x: torch.Tensor) -> None:
+def _check_naive_input(x: torch.Tensor) -> None:
     """Refuse x unless it is a floating (B, N, D) tensor."""
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
