@@ -136,7 +136,7 @@ class ParallelCoAttention(nn.Module):
         return tuple(t.to(question.dtype) for t in out)
 # --8<-- [end:parallel]
 
-    # --8<-- [start:parallel_kernel]
+    # --8<-- [start:affinity_kernel]
     def _affinity(self, q, v, q_mask, v_mask) -> torch.Tensor:
         """C = tanh(Q^T W_b V), zero in the rows and columns of padding."""
         # (B, T, d) @ (d, d) @ (B, d, N) -> (B, T, N)
@@ -146,7 +146,9 @@ class ParallelCoAttention(nn.Module):
         if v_mask is not None:
             c = c.masked_fill(~v_mask.unsqueeze(1), 0.0)  # columns of padded regions
         return c
+    # --8<-- [end:affinity_kernel]
 
+    # --8<-- [start:parallel_kernel]
     def _co_attend(self, q, v, q_mask, v_mask) -> tuple[torch.Tensor, ...]:
         """H^v, H^q from C; a^v, a^q by softmax; v_hat, q_hat as weighted sums."""
         w_q, w_v = self.w_q.to(q.dtype), self.w_v.to(q.dtype)  # (k, d) each
