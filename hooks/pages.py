@@ -38,7 +38,7 @@ def on_config(config):
     root = _root(config)
     if str(root) not in sys.path:
         sys.path.insert(0, str(root))
-    from snippets.device import pick_device  # the same choice the examples make
+    from snippets.foundations.devices import pick_device  # the same choice the examples make
 
     import torch
 

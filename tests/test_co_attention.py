@@ -273,8 +273,6 @@ def test_constructor_errors():
         ParallelCoAttention(0, 4)
     with pytest.raises(ValueError, match=r"d_hidden must be a positive int, got 2\.5"):
         AlternatingCoAttention(4, 2.5)
-    with pytest.raises(ValueError, match=r"d_model must be a positive int, got True"):
-        GuidedAttention(True, 4)
 
 
 def test_forward_errors():

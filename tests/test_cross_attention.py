@@ -182,7 +182,7 @@ def test_errors():
         m(x, _t(4, 5))
     with pytest.raises(TypeError, match=r"context must be a torch.Tensor, got list"):
         m(x, [[0.0]])
-    with pytest.raises(TypeError, match=r"x and context must share one dtype, got torch.float32 and torch.float64"):
+    with pytest.raises(TypeError, match=r"context must have the module's dtype torch.float32, got torch.float64"):
         m(x, context.double())
     with pytest.raises(TypeError, match=r"key_mask must be torch.bool \(True = real key\), got torch.float32"):
         m(x, context, key_mask=torch.ones(2, 4))

@@ -1,11 +1,11 @@
-"""snippets/device.py with the hardware faked: availability is patched, not assumed."""
+"""snippets/foundations/devices.py with the hardware faked: availability is patched, not assumed."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from snippets import device as dev
+from snippets.foundations import devices as dev
 
 
 @pytest.fixture

@@ -14,21 +14,21 @@ from torch import nn  # noqa: F401
 
 from fuzz_support import *  # noqa: F401,F403
 from fuzz_support import fuzz_tests
-from snippets import device as device_mod
+from snippets.foundations import devices as device_mod
 from snippets.foundations import masks as masks_mod
 from snippets.foundations import positional_encoding as pe_mod
 from snippets.foundations import scaled_dot_product as sdpa_mod
 
-# device.py
+# devices.py
 # ----------------------------------------------------------------------------
 
 
-@fuzz("device.pick_device")
+@fuzz("foundations.devices.pick_device")
 def _(s):
     return [Call(device_mod.pick_device, {"device": "cpu"}, {"device": Bad(3, "nonsense", "tpu:0", 2.5)})]
 
 
-@fuzz("device.default_dtype")
+@fuzz("foundations.devices.default_dtype")
 def _(s):
     return [Call(device_mod.default_dtype, {"device": "cpu"}, {"device": Bad(3, None, "nonsense")})]
 
@@ -149,5 +149,5 @@ def _(s):
 
 
 test_valid_calls_run, test_every_way_to_break_each_argument_once, test_malformed_input_gets_a_named_error = (
-    fuzz_tests("foundations.", "device.")
+    fuzz_tests("foundations.")
 )

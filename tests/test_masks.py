@@ -75,9 +75,9 @@ def test_is_causal_is_upper_left_when_lengths_differ():
 
 
 def test_causal_mask_errors():
-    with pytest.raises(ValueError, match=r"n_queries must be a non-negative int, got -1"):
+    with pytest.raises(ValueError, match=r"n_queries must be an int >= 0, got -1"):
         causal_mask(-1, 3)
-    with pytest.raises(ValueError, match=r"n_keys must be a non-negative int, got 2.0"):
+    with pytest.raises(ValueError, match=r"n_keys must be an int >= 0, got 2.0"):
         causal_mask(2, 2.0)
 
 
@@ -93,11 +93,11 @@ def test_padding_mask_elementwise():
 
 
 def test_padding_mask_errors():
-    with pytest.raises(TypeError, match=r"lengths must be a torch.Tensor, got list"):
+    with pytest.raises(TypeError, match=r"lengths must be an integer tensor \(B,\), got list"):
         padding_mask([1, 2])
     with pytest.raises(ValueError, match=r"lengths must be 1-D with shape \(B,\), got shape \(2, 1\)"):
         padding_mask(torch.tensor([[1], [2]]))
-    with pytest.raises(TypeError, match=r"lengths must have an integer dtype, got torch.float32"):
+    with pytest.raises(TypeError, match=r"lengths must be an integer tensor \(B,\), got torch.float32"):
         padding_mask(torch.tensor([1.0, 2.0]))
     with pytest.raises(ValueError, match=r"lengths must be >= 0, got \[1, -1\]"):
         padding_mask(torch.tensor([1, -1]))
@@ -165,7 +165,7 @@ def test_key_mask_errors():
         key_mask_to_attn_mask(torch.ones(3, dtype=torch.bool))
     with pytest.raises(TypeError, match=r"attn_mask must have dtype torch.bool, got torch.float32"):
         combine_masks(torch.zeros(3, 3))
-    with pytest.raises(TypeError, match=r"attn_mask must be a torch.Tensor, got list"):
+    with pytest.raises(TypeError, match=r"attn_mask must have dtype torch.bool, got list"):
         combine_masks([[True]])
     with pytest.raises(ValueError, match=r"attn_mask must have shape \(N, M\), \(B, N, M\) or \(B, H, N, M\), got shape \(3,\)"):
         combine_masks(torch.ones(3, dtype=torch.bool))

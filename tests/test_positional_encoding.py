@@ -170,3 +170,13 @@ def test_errors_for_base_dtype_dropout_and_inputs():
         SinusoidalPositionalEncoding(4)(torch.ones(1, 2, 4, dtype=torch.long))
     with pytest.raises(ValueError, match=r"x must be on the module's device cpu, got meta"):
         LearnedPositionalEncoding(4, 4)(torch.ones(1, 2, 4, device="meta"))
+
+
+def test_learned_table_past_its_end_is_a_named_value_error():
+    """More positions than the table holds: a ValueError naming them, not torch's IndexError."""
+    m = LearnedPositionalEncoding(4, 6)
+    for n, start in ((5, 0), (1, 4), (2, 3)):
+        with pytest.raises(ValueError, match=rf"positions {start}\.\.{start + n - 1} do not fit a "
+                                             r"learned table of max_len=4"):
+            m(torch.zeros(1, n, 6), start=start)
+    assert m(torch.zeros(1, 4, 6)).shape == (1, 4, 6)  # exactly the table fits

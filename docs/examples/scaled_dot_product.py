@@ -10,7 +10,7 @@
 import torch
 import torch.nn.functional as F
 
-from snippets.device import pick_device
+from snippets.foundations.devices import pick_device
 from snippets.foundations.scaled_dot_product import causal_mask, scaled_dot_product_attention
 from _plotting import attention_heatmap
 

@@ -12,6 +12,9 @@ The mask is built for each call from the input's length, so any length works
 training only. ``key_mask`` is True for real tokens (NOT
 ``nn.MultiheadAttention``'s ``key_padding_mask``, whose True means padding).
 
+Kernels: ``causal_mask``, ``_attend`` and ``CausalSelfAttention.forward``; the
+constructor, the fused path and the checks are the face.
+
 This file needs only torch and the standard library: copy it into a project.
 """
 
@@ -30,144 +33,126 @@ __all__ = ["CausalSelfAttention", "causal_mask"]
 def causal_mask(
     n_queries: int, n_keys: int, *, device: torch.device | str | None = None
 ) -> torch.Tensor:
-    """Boolean causal mask aligned to the lower right, True = may attend.
-
-    The N queries are taken to be the last N of the M positions, so query ``i``
-    may attend key ``j`` when ``j <= i + (M - N)``. For N == M this is the usual
-    lower triangle; for N < M (decoding with a KV cache) every query also sees
-    the cached prefix.
-
-    Args:
-        n_queries: N, the number of queries.
-        n_keys: M, the number of keys.
-        device: where to build the mask.
-
-    Returns:
-        A ``(N, M)`` boolean tensor.
-    """
-    for name, value in (("n_queries", n_queries), ("n_keys", n_keys)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise ValueError(f"{name} must be a non-negative int, got {value!r}")
+    """(N, M) bool, True where key j <= i + (M - N): the queries are the last N."""
+    _check_mask_sizes(n_queries, n_keys)
     i = torch.arange(n_queries, device=device).unsqueeze(-1)  # (N, 1)
     j = torch.arange(n_keys, device=device)  # (M,)
     return j <= i + (n_keys - n_queries)  # (N, 1) vs (M,) -> (N, M)
 # --8<-- [end:causal_mask]
 
 
-# --8<-- [start:validate]
-def _check_key_mask(
-    key_mask: torch.Tensor | None, batch: int, n_keys: int, device: torch.device
-) -> None:
-    """Raise a clear error unless key_mask is None or a (B, M) bool tensor on device."""
-    if key_mask is None:
-        return
-    if not isinstance(key_mask, torch.Tensor):
-        raise TypeError(
-            f"key_mask must be a torch.Tensor or None, got {type(key_mask).__name__}"
-        )
-    if key_mask.dtype != torch.bool:
-        raise TypeError(
-            f"key_mask must be torch.bool (True = real key), got {key_mask.dtype}"
-        )
-    if tuple(key_mask.shape) != (batch, n_keys):
-        raise ValueError(
-            f"key_mask must have shape (B, M) = ({batch}, {n_keys}), "
-            f"got {tuple(key_mask.shape)}"
-        )
-    if key_mask.device != device:
-        raise ValueError(
-            f"key_mask must be on the device of the inputs {device}, got {key_mask.device}"
-        )
-
-
-def _check_dropout(name: str, p: float) -> None:
-    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p < 1.0:
-        raise ValueError(f"{name} must be a float in [0, 1), got {p!r}")
-# --8<-- [end:validate]
-
-
-# --8<-- [start:attend_helpers]
-def _check_seq(x: torch.Tensor, name: str, width: int) -> None:
-    """Raise a clear error unless x is a floating (B, L, width) tensor."""
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
-    if not x.is_floating_point():
-        raise TypeError(f"{name} must have a floating dtype, got {x.dtype}")
-    if x.dim() != 3:
-        raise ValueError(
-            f"{name} must have shape (B, L, {width}) (batch first), "
-            f"got shape {tuple(x.shape)}"
-        )
-    if x.shape[-1] != width:
-        raise ValueError(
-            f"{name} must have last dimension {width}, got shape {tuple(x.shape)}"
-        )
-
-
-def _check_like_module(name: str, t: torch.Tensor, weight: torch.Tensor) -> None:
-    """Raise unless t has the device (and, outside autocast, the dtype) of the module's weight."""
-    if t.device != weight.device:
-        raise ValueError(f"{name} must be on the module's device {weight.device}, got {t.device}")
-    autocast = torch.amp.is_autocast_available(t.device.type) and torch.is_autocast_enabled(t.device.type)
-    if t.dtype != weight.dtype and not autocast:
-        raise TypeError(f"{name} must have the module's dtype {weight.dtype}, got {t.dtype}")
-
-
-def _check_mask_shape(
-    mask: torch.Tensor, name: str, shape: tuple[int, ...], dtype: torch.dtype, device: torch.device
-) -> None:
-    """Raise a clear error unless mask is bool (or ``dtype``) on device and broadcasts to shape."""
-    if not isinstance(mask, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor or None, got {type(mask).__name__}")
-    if mask.dtype != torch.bool and mask.dtype != dtype:
-        raise TypeError(
-            f"{name} must be torch.bool (True = may attend) or {dtype} "
-            f"(added to the scores), got {mask.dtype}"
-        )
-    if mask.device != device:
-        raise ValueError(f"{name} must be on the device of the inputs {device}, got {mask.device}")
-    try:
-        ok = torch.broadcast_shapes(mask.shape, shape) == shape
-    except RuntimeError:
-        ok = False
-    if not ok:
-        raise ValueError(
-            f"{name} must broadcast to {shape}, got shape {tuple(mask.shape)}"
-        )
-
-
+# --8<-- [start:attend]
 def _attend(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    mask: torch.Tensor | None = None,
-    dropout_p: float = 0.0,
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+    mask: torch.Tensor | None = None, dropout_p: float = 0.0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """softmax(q k^T / sqrt(d_k) + mask) v; a query with no allowed key gets zeros.
-
-    Returns ``(out, weights)``; ``weights`` are taken before dropout.
-    """
-    d_k = q.shape[-1]
-    # Half-precision inputs are scored in float32: q . k overflows float16's
-    # 65504 long before softmax could rescue it.
+    """softmax(q k^T / sqrt(d_k) + mask) v and the weights; empty rows give zeros."""
     acc = torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype
-    scores = q.to(acc) @ k.to(acc).transpose(-2, -1) / math.sqrt(d_k)  # (B, N, d_k) @ (B, d_k, M) -> (B, N, M)
-    if mask is not None:
-        if mask.dtype == torch.bool:
-            # -inf, not -1e9: exp(-inf) is exactly 0 in every dtype.
-            scores = scores.masked_fill(~mask, float("-inf"))
-        else:
-            scores = scores + mask.to(acc)
-    # A query with no allowed key has a row of only -inf: softmax would give
-    # 0/0 = NaN (and NaN gradients through a float mask). Score it 0 instead,
-    # then give it zero weights, so it returns zeros.
-    empty_row = torch.isneginf(scores).all(dim=-1, keepdim=True)  # (B, N, 1)
-    weights = torch.softmax(scores.masked_fill(empty_row, 0.0), dim=-1)  # each query's row over the M keys sums to 1
-    weights = weights.masked_fill(empty_row, 0.0)
-    dropped = torch.dropout(weights, dropout_p, train=True) if dropout_p > 0 else weights
+    # (B, N, d_k) @ (B, d_k, M) -> (B, N, M), in float32 for half precision
+    scores = q.to(acc) @ k.to(acc).transpose(-2, -1) / math.sqrt(q.shape[-1])
+    allowed = mask
+    if mask is not None and mask.dtype != torch.bool:  # a float mask is added
+        scores, allowed = scores + mask.to(acc), ~torch.isneginf(mask)
+    weights = _masked_softmax(scores, allowed)  # each query's row sums to 1 (or 0)
+    dropped = torch.dropout(weights, dropout_p, True) if dropout_p > 0 else weights
     out = dropped @ v.to(acc)  # (B, N, M) @ (B, M, d_v) -> (B, N, d_v)
     return out.to(q.dtype), weights.to(q.dtype)
-# --8<-- [end:attend_helpers]
+# --8<-- [end:attend]
+
+
+# --8<-- [start:masked_softmax]
+def _masked_softmax(scores: torch.Tensor, allowed: torch.Tensor | None) -> torch.Tensor:
+    """Softmax over the last dim where allowed (True = may attend); empty rows -> 0."""
+    if allowed is None:
+        return torch.softmax(scores, dim=-1)
+    # Neutral scores in a row with no allowed key: zeros out, no NaN in the gradient.
+    empty = ~allowed.any(dim=-1, keepdim=True)
+    scores = scores.masked_fill(~allowed, float("-inf")).masked_fill(empty, 0.0)
+    return torch.softmax(scores, dim=-1).masked_fill(~allowed, 0.0)
+# --8<-- [end:masked_softmax]
+
+
+# --8<-- [start:init]
+class CausalSelfAttention(nn.Module):
+    """Single-head self-attention in which token t sees tokens 0..t only.
+
+    Args:
+        d_model: D, the width of the input tokens.
+        d_k: width of queries and keys; ``d_model`` when ``None``.
+        d_v: width of values; ``d_model`` when ``None``.
+        dropout: probability of zeroing an attention weight, in training only.
+        bias: give the projections a bias.
+        project_out: map the ``d_v``-wide result back to ``d_model`` with
+            ``out_proj``; when False the output is ``d_v`` wide.
+
+    Shape:
+        ``(B, N, D) -> (B, N, D)``, weights ``(B, N, N)``, for any N. ``forward``
+        takes ``key_mask`` ``(B, N)`` (True = real token) and ``need_weights``
+        (False: run on ``F.scaled_dot_product_attention``, weights ``None``).
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        d_k: int | None = None,
+        d_v: int | None = None,
+        *,
+        dropout: float = 0.0,
+        bias: bool = True,
+        project_out: bool = True,
+    ) -> None:
+        super().__init__()
+        d_k = d_model if d_k is None else d_k
+        d_v = d_model if d_v is None else d_v
+        _check_sizes(d_model=d_model, d_k=d_k, d_v=d_v)
+        _check_dropout("dropout", dropout)
+        self.d_model, self.d_k, self.d_v = d_model, d_k, d_v
+        self.dropout = float(dropout)
+        self.q_proj = nn.Linear(d_model, d_k, bias=bias)
+        self.k_proj = nn.Linear(d_model, d_k, bias=bias)
+        self.v_proj = nn.Linear(d_model, d_v, bias=bias)
+        out = nn.Linear(d_v, d_model, bias=bias) if project_out else nn.Identity()
+        self.out_proj = out
+
+    def _check_forward(self, x: torch.Tensor, key_mask: torch.Tensor | None) -> None:
+        _check_seq(x, "x", self.d_model, self.q_proj.weight)
+        _check_keys(key_mask, x.shape[0], x.shape[1], x.device)
+# --8<-- [end:init]
+
+    # --8<-- [start:forward]
+    def forward(
+        self, x: torch.Tensor, *, key_mask: torch.Tensor | None = None,
+        need_weights: bool = True,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Attend each token to itself and the tokens before it."""
+        self._check_forward(x, key_mask)
+        # (B, N, D) -> (B, N, d_k), (B, N, d_k), (B, N, d_v)
+        q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
+        mask = causal_mask(x.shape[1], x.shape[1], device=x.device)  # (N, N), this N
+        if key_mask is not None:  # padding keys are blocked too
+            mask = mask & key_mask[:, None, :]  # (N, N) & (B, 1, N) -> (B, N, N)
+        dropout_p = self.dropout if self.training else 0.0
+        if not need_weights:  # the fast path: PyTorch's fused kernels
+            return self.out_proj(_sdpa_path(q, k, v, mask, dropout_p)), None
+        out, weights = _attend(q, k, v, mask, dropout_p)  # (B, N, d_v), (B, N, N)
+        out = self.out_proj(out)  # (B, N, d_v) -> (B, N, D)
+        return out, weights
+    # --8<-- [end:forward]
+
+
+# --8<-- [start:sdpa_path]
+def _sdpa_path(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
+    dropout_p: float,
+) -> torch.Tensor:
+    """One head through F.scaled_dot_product_attention; empty rows give zeros."""
+    attn_mask = None if mask is None else mask.unsqueeze(-3)  # a head axis of 1
+    # One head on its own axis: the fused kernels take 4-D input only.
+    out = F.scaled_dot_product_attention(
+        q[:, None], k[:, None], v[:, None], attn_mask=attn_mask, dropout_p=dropout_p
+    )[:, 0]  # (B, 1, N, d_k), (B, 1, M, d_k) -> (B, 1, N, d_v) -> (B, N, d_v)
+    return _zero_empty_rows(out, mask)  # the same zeros on every backend
+# --8<-- [end:sdpa_path]
 
 
 # --8<-- [start:zero_empty_rows]
@@ -186,89 +171,90 @@ def _zero_empty_rows(out: torch.Tensor, mask: torch.Tensor | None) -> torch.Tens
     return out.masked_fill(empty, 0.0)  # (..., N, d) with empty rows zeroed
 # --8<-- [end:zero_empty_rows]
 
-# --8<-- [start:init]
-class CausalSelfAttention(nn.Module):
-    """Single-head self-attention in which token t sees tokens 0..t only.
 
-    Args:
-        d_model: D, the width of the input tokens.
-        d_k: width of queries and keys; ``d_model`` when ``None``.
-        d_v: width of values; ``d_model`` when ``None``.
-        dropout: probability of zeroing an attention weight, in training only.
-        bias: give the projections a bias.
-        project_out: map the ``d_v``-wide result back to ``d_model`` with
-            ``out_proj``; when False the output is ``d_v`` wide.
+# --8<-- [start:check_mask_sizes]
+def _check_mask_sizes(n_queries: int, n_keys: int) -> None:
+    """Refuse a length that is not a whole number >= 0."""
+    for name, value in (("n_queries", n_queries), ("n_keys", n_keys)):
+        if not isinstance(value, int) or value < 0:
+            raise ValueError(f"{name} must be an int >= 0, got {value!r}")
+# --8<-- [end:check_mask_sizes]
 
-    Shape:
-        ``(B, N, D) -> (B, N, D)``, weights ``(B, N, N)``, for any N.
-    """
 
-    def __init__(
-        self,
-        d_model: int,
-        d_k: int | None = None,
-        d_v: int | None = None,
-        *,
-        dropout: float = 0.0,
-        bias: bool = True,
-        project_out: bool = True,
-    ) -> None:
-        super().__init__()
-        d_k = d_model if d_k is None else d_k
-        d_v = d_model if d_v is None else d_v
-        for name, value in (("d_model", d_model), ("d_k", d_k), ("d_v", d_v)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
-        _check_dropout("dropout", dropout)
-        self.d_model, self.d_k, self.d_v = d_model, d_k, d_v
-        self.dropout = float(dropout)
-        self.q_proj = nn.Linear(d_model, d_k, bias=bias)
-        self.k_proj = nn.Linear(d_model, d_k, bias=bias)
-        self.v_proj = nn.Linear(d_model, d_v, bias=bias)
-        self.out_proj = nn.Linear(d_v, d_model, bias=bias) if project_out else nn.Identity()
-# --8<-- [end:init]
+# --8<-- [start:checks]
+def _check_sizes(**sizes: int) -> None:
+    """Refuse a width that is not a positive int."""
+    for name, value in sizes.items():
+        if not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be a positive int, got {value!r}")
 
-    # --8<-- [start:forward]
-    def forward(
-        self,
-        x: torch.Tensor,
-        *,
-        key_mask: torch.Tensor | None = None,
-        need_weights: bool = True,
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Attend each token to itself and the tokens before it.
 
-        Args:
-            x: tokens, ``(B, N, D)``.
-            key_mask: ``None`` or ``(B, N)`` boolean, True = real token that may
-                be attended (padding is False).
-            need_weights: compute and return the weights (the from-scratch
-                path); when False, run on ``F.scaled_dot_product_attention``
-                and return ``None`` for them.
+def _check_seq(x: torch.Tensor, name: str, width: int, weight: torch.Tensor) -> None:
+    """Refuse x unless it is a floating (B, L, width) tensor like the module weight."""
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    if not x.is_floating_point():
+        raise TypeError(f"{name} must have a floating dtype, got {x.dtype}")
+    if x.dim() != 3:
+        raise ValueError(f"{name} must have shape (B, L, {width}) (batch first), "
+                         f"got shape {tuple(x.shape)}")
+    if x.shape[-1] != width:
+        raise ValueError(f"{name} must have last dimension {width}, "
+                         f"got shape {tuple(x.shape)}")
+    if x.device != weight.device:
+        raise ValueError(f"{name} must be on the module's device {weight.device}, "
+                         f"got {x.device}")
+    kind = x.device.type
+    autocast = torch.amp.is_autocast_available(kind) and torch.is_autocast_enabled(kind)
+    if x.dtype != weight.dtype and not autocast:
+        raise TypeError(f"{name} must have the module's dtype {weight.dtype}, "
+                        f"got {x.dtype}")
 
-        Returns:
-            ``(out, weights)``: ``out`` is ``(B, N, D)``; ``weights`` is
-            ``(B, N, N)`` (before dropout), zero above the diagonal, or ``None``.
-        """
-        _check_seq(x, "x", self.d_model)
-        _check_like_module("x", x, self.q_proj.weight)
-        b, n, _ = x.shape
-        mask = causal_mask(n, n, device=x.device)  # (N, N), built for this N
-        if key_mask is not None:
-            _check_key_mask(key_mask, b, n, x.device)
-            mask = mask & key_mask[:, None, :]  # (N, N) & (B, 1, N) -> (B, N, N)
-        dropout_p = self.dropout if self.training else 0.0
-        q = self.q_proj(x)  # (B, N, D) -> (B, N, d_k)
-        k = self.k_proj(x)  # (B, N, D) -> (B, N, d_k)
-        v = self.v_proj(x)  # (B, N, D) -> (B, N, d_v)
-        if need_weights:
-            out, weights = _attend(q, k, v, mask, dropout_p)  # (B, N, d_v), (B, N, N)
-        else:
-            weights = None
-            # One head, given its own axis: PyTorch's fused kernels take 4-D input only.
-            out = F.scaled_dot_product_attention(
-                q[:, None], k[:, None], v[:, None], attn_mask=None if mask is None else mask.unsqueeze(-3), dropout_p=dropout_p
-            )[:, 0]  # (B, 1, N, d_k) x (B, 1, M, d_k) -> (B, 1, N, d_v) -> (B, N, d_v)
-            out = _zero_empty_rows(out, mask)  # a fully padded row: zeros on every backend
-        return self.out_proj(out), weights  # (B, N, d_v) -> (B, N, D)
-    # --8<-- [end:forward]
+
+def _check_mask_shape(
+    mask: torch.Tensor, name: str, shape: tuple[int, ...], dtype: torch.dtype,
+    device: torch.device,
+) -> None:
+    """Refuse a mask unless it is bool (or ``dtype``) on device and fits ``shape``."""
+    if not isinstance(mask, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor or None, "
+                        f"got {type(mask).__name__}")
+    if mask.dtype != torch.bool and mask.dtype != dtype:
+        raise TypeError(f"{name} must be torch.bool (True = may attend) or {dtype} "
+                        f"(added to the scores), got {mask.dtype}")
+    if mask.device != device:
+        raise ValueError(f"{name} must be on the device of the inputs {device}, "
+                         f"got {mask.device}")
+    try:
+        ok = torch.broadcast_shapes(mask.shape, shape) == shape
+    except RuntimeError:
+        ok = False
+    if not ok:
+        raise ValueError(f"{name} must broadcast to {shape}, "
+                         f"got shape {tuple(mask.shape)}")
+
+
+def _check_keys(
+    key_mask: torch.Tensor | None, batch: int, n_keys: int, device: torch.device
+) -> None:
+    """Refuse a key_mask unless it is None or a (B, M) bool tensor on device."""
+    if key_mask is None:
+        return
+    if not isinstance(key_mask, torch.Tensor):
+        raise TypeError(f"key_mask must be a torch.Tensor or None, "
+                        f"got {type(key_mask).__name__}")
+    if key_mask.dtype != torch.bool:
+        raise TypeError(f"key_mask must be torch.bool (True = real key), "
+                        f"got {key_mask.dtype}")
+    if tuple(key_mask.shape) != (batch, n_keys):
+        raise ValueError(f"key_mask must have shape (B, M) = ({batch}, {n_keys}), "
+                         f"got {tuple(key_mask.shape)}")
+    if key_mask.device != device:
+        raise ValueError(f"key_mask must be on the device of the inputs {device}, "
+                         f"got {key_mask.device}")
+
+
+def _check_dropout(name: str, p: float) -> None:
+    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p < 1.0:
+        raise ValueError(f"{name} must be a float in [0, 1), got {p!r}")
+# --8<-- [end:checks]

@@ -18,6 +18,10 @@ Masks: ``question_mask`` (B, T) and ``image_mask`` (B, N) are True for a real
 word or region and False for padding. Padding gets weight zero and changes
 nothing else; an example with no real word (or region) returns zeros.
 
+Kernels: ``ParallelCoAttention._co_attend`` (the paper's parallel equations),
+``GuidedAttention.forward`` (A(X; g)) and ``AlternatingCoAttention.forward``;
+the constructors, ``affinity``, the float32 plumbing and the checks are the face.
+
 This file needs only torch and the standard library: copy it into a project.
 """
 
@@ -31,96 +35,22 @@ from torch import nn
 __all__ = ["ParallelCoAttention", "GuidedAttention", "AlternatingCoAttention"]
 
 
-# --8<-- [start:validate]
-def _check_size(name: str, value: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError(f"{name} must be a positive int, got {value!r}")
-
-
-def _check_features(name: str, x: torch.Tensor, d_model: int, device: torch.device) -> None:
-    """Raise unless x is a floating (B, L, d_model) tensor on the module's device."""
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
-    if not x.is_floating_point():
-        raise TypeError(f"{name} must have a floating dtype, got {x.dtype}")
-    if x.dim() != 3 or x.shape[-1] != d_model:
-        raise ValueError(
-            f"{name} must have shape (B, length, d_model) with d_model={d_model}, "
-            f"got shape {tuple(x.shape)}"
-        )
-    if x.device != device:
-        raise ValueError(f"{name} must be on the module's device {device}, got {x.device}")
-
-
-def _check_padding_mask(name: str, mask: torch.Tensor | None, x: torch.Tensor) -> None:
-    """Raise unless mask is None or a bool (B, L) tensor matching x (B, L, d)."""
-    if mask is None:
-        return
-    if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
-        got = mask.dtype if isinstance(mask, torch.Tensor) else type(mask).__name__
-        raise TypeError(f"{name} must be a torch.bool tensor (True = real), got {got}")
-    if tuple(mask.shape) != tuple(x.shape[:2]):
-        raise ValueError(
-            f"{name} must have shape (B, length) = {tuple(x.shape[:2])}, "
-            f"got shape {tuple(mask.shape)}"
-        )
-    if mask.device != x.device:
-        raise ValueError(f"{name} must be on the device of the features {x.device}, got {mask.device}")
-
-
-def _check_guidance(g: torch.Tensor | None, x: torch.Tensor, guided: bool) -> None:
-    """Raise unless g is a (B, d_model) tensor like x when guided, and None otherwise."""
-    b, _, d_model = x.shape
-    if guided and g is None:
-        raise ValueError("g is required: this GuidedAttention was built with guided=True, got None")
-    if not guided and g is not None:
-        raise ValueError(
-            "g must be None: this GuidedAttention was built with guided=False, "
-            f"got {type(g).__name__}"
-        )
-    if g is not None and (not isinstance(g, torch.Tensor) or tuple(g.shape) != (b, d_model)):
-        got = tuple(g.shape) if isinstance(g, torch.Tensor) else type(g).__name__
-        raise ValueError(f"g must have shape (B, d_model) = {(b, d_model)}, got {got}")
-    if g is not None and (g.dtype != x.dtype or g.device != x.device):
-        raise TypeError(
-            f"g must have the dtype and device of x ({x.dtype} on {x.device}), "
-            f"got {g.dtype} on {g.device}"
-        )
-
-
-def _check_batch(question: torch.Tensor, image: torch.Tensor) -> None:
-    """Raise unless question and image share the batch size and the dtype."""
-    if question.shape[0] != image.shape[0]:
-        raise ValueError(
-            "question and image must share the batch size B, got question "
-            f"{tuple(question.shape)} and image {tuple(image.shape)}"
-        )
-    if question.dtype != image.dtype:
-        raise TypeError(
-            f"question and image must share one dtype, got {question.dtype} and {image.dtype}"
-        )
-# --8<-- [end:validate]
-
-
 # --8<-- [start:masked_softmax]
+def _masked_softmax(scores: torch.Tensor, allowed: torch.Tensor | None) -> torch.Tensor:
+    """Softmax over the last dim where allowed (True = may attend); empty rows -> 0."""
+    if allowed is None:
+        return torch.softmax(scores, dim=-1)
+    # Neutral scores in a row with no allowed key: zeros out, no NaN in the gradient.
+    empty = ~allowed.any(dim=-1, keepdim=True)
+    scores = scores.masked_fill(~allowed, float("-inf")).masked_fill(empty, 0.0)
+    return torch.softmax(scores, dim=-1).masked_fill(~allowed, 0.0)
+# --8<-- [end:masked_softmax]
+
+
 def _accumulation_dtype(dtype: torch.dtype) -> torch.dtype:
     # Half-precision inputs are computed in float32: a d-term product of large
     # float16 entries overflows 65504 (inf - inf = NaN) before tanh can bound it.
     return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
-
-
-def _masked_softmax(logits: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-    """Softmax over the last dimension, padding excluded (True = real).
-
-    A row with no real entry returns zeros instead of 0/0 = NaN.
-    """
-    if mask is None:
-        return torch.softmax(logits, dim=-1)
-    # -inf, not a large negative constant: exp(-inf) is exactly 0 in every dtype.
-    logits = logits.masked_fill(~mask, float("-inf"))
-    weights = torch.softmax(logits, dim=-1)
-    return weights.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
-# --8<-- [end:masked_softmax]
 
 
 def _init_matrix(rows: int, cols: int) -> nn.Parameter:
@@ -143,6 +73,7 @@ class ParallelCoAttention(nn.Module):
     Shape:
         question ``(B, T, d)``, image ``(B, N, d)`` ->
         q_hat ``(B, d)``, v_hat ``(B, d)``, a_q ``(B, T)``, a_v ``(B, N)``.
+        ``question_mask`` ``(B, T)`` and ``image_mask`` ``(B, N)``: True = real.
     """
 
     def __init__(self, d_model: int, d_hidden: int) -> None:
@@ -157,6 +88,13 @@ class ParallelCoAttention(nn.Module):
         self.w_hq = _init_matrix(1, d_hidden)  # w_hq^T (1, k)
         self.w_hv = _init_matrix(1, d_hidden)  # w_hv^T (1, k)
 
+    def _check_forward(self, question, image, question_mask, image_mask) -> None:
+        _check_features("question", question, self.d_model, self.w_b.device)
+        _check_features("image", image, self.d_model, self.w_b.device)
+        _check_batch(question, image)
+        _check_padding_mask("question_mask", question_mask, question)
+        _check_padding_mask("image_mask", image_mask, image)
+
     def affinity(
         self,
         question: torch.Tensor,
@@ -165,37 +103,15 @@ class ParallelCoAttention(nn.Module):
         question_mask: torch.Tensor | None = None,
         image_mask: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """The affinity matrix C = tanh(Q^T W_b V), one (T, N) matrix per example.
+        """The affinity matrix C = tanh(Q^T W_b V), ``(B, T, N)``, in the input dtype.
 
         Entries that involve a padded word or region are zero, so padding
         cannot reach the hidden layers through C.
-
-        Args:
-            question: word features, ``(B, T, d)``.
-            image: region features, ``(B, N, d)``.
-            question_mask: ``(B, T)`` bool, True = real word; None = all real.
-            image_mask: ``(B, N)`` bool, True = real region; None = all real.
-
-        Returns:
-            ``(B, T, N)``, in the input dtype.
         """
-        _check_features("question", question, self.d_model, self.w_b.device)
-        _check_features("image", image, self.d_model, self.w_b.device)
-        _check_batch(question, image)
-        _check_padding_mask("question_mask", question_mask, question)
-        _check_padding_mask("image_mask", image_mask, image)
+        self._check_forward(question, image, question_mask, image_mask)
         acc = _accumulation_dtype(question.dtype)
         c = self._affinity(question.to(acc), image.to(acc), question_mask, image_mask)
         return c.to(question.dtype)
-
-    def _affinity(self, q, v, q_mask, v_mask) -> torch.Tensor:
-        w_b = self.w_b.to(q.dtype)
-        c = torch.tanh(q @ w_b @ v.transpose(1, 2))  # (B, T, d) @ (d, d) @ (B, d, N) -> (B, T, N)
-        if q_mask is not None:
-            c = c.masked_fill(~q_mask.unsqueeze(2), 0.0)  # zero the rows of padded words
-        if v_mask is not None:
-            c = c.masked_fill(~v_mask.unsqueeze(1), 0.0)  # zero the columns of padded regions
-        return c
 
     def forward(
         self,
@@ -207,45 +123,46 @@ class ParallelCoAttention(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """Attend to the image and to the question at once.
 
-        Args:
-            question: word features, ``(B, T, d)`` (the paper's Q, transposed).
-            image: region features, ``(B, N, d)`` (the paper's V, transposed).
-            question_mask: ``(B, T)`` bool, True = real word; None = all real.
-            image_mask: ``(B, N)`` bool, True = real region; None = all real.
-
         Returns:
             ``(q_hat, v_hat, a_q, a_v)``: the attended question ``(B, d)``, the
             attended image ``(B, d)``, the word weights ``(B, T)`` and the
             region weights ``(B, N)``, each weight vector summing to 1 over the
             real positions.
         """
-        _check_features("question", question, self.d_model, self.w_b.device)
-        _check_features("image", image, self.d_model, self.w_b.device)
-        _check_batch(question, image)
-        _check_padding_mask("question_mask", question_mask, question)
-        _check_padding_mask("image_mask", image_mask, image)
-        B, T, d = question.shape
+        self._check_forward(question, image, question_mask, image_mask)
         acc = _accumulation_dtype(question.dtype)
-        q, v = question.to(acc), image.to(acc)
+        q, v = question.to(acc), image.to(acc)  # float32 for half precision
+        out = self._co_attend(q, v, question_mask, image_mask)
+        return tuple(t.to(question.dtype) for t in out)
+# --8<-- [end:parallel]
 
-        c = self._affinity(q, v, question_mask, image_mask)  # (B, T, N)
-        wq_q = q @ self.w_q.to(acc).T  # (B, T, d) @ (d, k) -> (B, T, k), the paper's (W_q Q)^T
-        wv_v = v @ self.w_v.to(acc).T  # (B, N, d) @ (d, k) -> (B, N, k), the paper's (W_v V)^T
-        # H^v = tanh(W_v V + (W_q Q) C): each region adds the words, weighted by affinity.
-        h_v = torch.tanh(wv_v + c.transpose(1, 2) @ wq_q)  # (B, N, k) + (B, N, T) @ (B, T, k) -> (B, N, k)
-        # H^q = tanh(W_q Q + (W_v V) C^T): each word adds the regions, weighted by affinity.
-        h_q = torch.tanh(wq_q + c @ wv_v)  # (B, T, k) + (B, T, N) @ (B, N, k) -> (B, T, k)
+    # --8<-- [start:affinity_kernel]
+    def _affinity(self, q, v, q_mask, v_mask) -> torch.Tensor:
+        """C = tanh(Q^T W_b V), zero in the rows and columns of padding."""
+        # (B, T, d) @ (d, d) @ (B, d, N) -> (B, T, N)
+        c = torch.tanh(q @ self.w_b.to(q.dtype) @ v.transpose(1, 2))
+        if q_mask is not None:
+            c = c.masked_fill(~q_mask.unsqueeze(2), 0.0)  # rows of padded words
+        if v_mask is not None:
+            c = c.masked_fill(~v_mask.unsqueeze(1), 0.0)  # columns of padded regions
+        return c
+    # --8<-- [end:affinity_kernel]
 
-        logits_v = (h_v @ self.w_hv.to(acc).T).squeeze(-1)  # (B, N, k) @ (k, 1) -> (B, N)
-        logits_q = (h_q @ self.w_hq.to(acc).T).squeeze(-1)  # (B, T, k) @ (k, 1) -> (B, T)
-        a_v = _masked_softmax(logits_v, image_mask)  # over the N regions
-        a_q = _masked_softmax(logits_q, question_mask)  # over the T words
-
+    # --8<-- [start:parallel_kernel]
+    def _co_attend(self, q, v, q_mask, v_mask) -> tuple[torch.Tensor, ...]:
+        """H^v, H^q from C; a^v, a^q by softmax; v_hat, q_hat as weighted sums."""
+        w_q, w_v = self.w_q.to(q.dtype), self.w_v.to(q.dtype)  # (k, d) each
+        w_hq, w_hv = self.w_hq.to(q.dtype), self.w_hv.to(q.dtype)  # (1, k) each
+        c = self._affinity(q, v, q_mask, v_mask)  # (B, T, N)
+        wq_q, wv_v = q @ w_q.T, v @ w_v.T  # (W_q Q)^T (B, T, k), (W_v V)^T (B, N, k)
+        h_v = torch.tanh(wv_v + c.transpose(1, 2) @ wq_q)  # W_v V + W_q Q C, (B, N, k)
+        h_q = torch.tanh(wq_q + c @ wv_v)  # W_q Q + (W_v V) C^T, (B, T, k)
+        a_v = _masked_softmax((h_v @ w_hv.T).squeeze(-1), v_mask)  # over N regions
+        a_q = _masked_softmax((h_q @ w_hq.T).squeeze(-1), q_mask)  # over T words
         v_hat = (a_v.unsqueeze(1) @ v).squeeze(1)  # (B, 1, N) @ (B, N, d) -> (B, d)
         q_hat = (a_q.unsqueeze(1) @ q).squeeze(1)  # (B, 1, T) @ (B, T, d) -> (B, d)
-        dtype = question.dtype
-        return q_hat.to(dtype), v_hat.to(dtype), a_q.to(dtype), a_v.to(dtype)
-# --8<-- [end:parallel]
+        return q_hat, v_hat, a_q, a_v
+    # --8<-- [end:parallel_kernel]
 
 
 # --8<-- [start:guided]
@@ -262,7 +179,8 @@ class GuidedAttention(nn.Module):
             would have nothing to multiply (no W_g parameter is made).
 
     Shape:
-        x ``(B, L, d)``, g ``(B, d)`` or None -> x_hat ``(B, d)``, a ``(B, L)``.
+        x ``(B, L, d)``, g ``(B, d)`` (required when ``guided``, else None),
+        ``x_mask`` ``(B, L)`` (True = real) -> x_hat ``(B, d)``, a ``(B, L)``.
     """
 
     def __init__(self, d_model: int, d_hidden: int, *, guided: bool = True) -> None:
@@ -274,42 +192,30 @@ class GuidedAttention(nn.Module):
         self.w_g = _init_matrix(d_hidden, d_model) if guided else None  # W_g (k, d)
         self.w_hx = _init_matrix(1, d_hidden)  # w_hx^T (1, k)
 
-    def forward(
-        self,
-        x: torch.Tensor,
-        g: torch.Tensor | None = None,
-        *,
-        x_mask: torch.Tensor | None = None,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Attend over the L positions of x, guided by g.
-
-        Args:
-            x: features to attend over, ``(B, L, d)`` (the paper's X, transposed).
-            g: guidance ``(B, d)``; required when ``guided=True``, must be None
-                otherwise.
-            x_mask: ``(B, L)`` bool, True = real position; None = all real.
-
-        Returns:
-            ``(x_hat, a)``: the attended feature ``(B, d)`` and the weights
-            ``(B, L)``.
-        """
+    def _check_forward(self, x, g, x_mask) -> None:
         _check_features("x", x, self.d_model, self.w_x.device)
         _check_padding_mask("x_mask", x_mask, x)
         _check_guidance(g, x, self.guided)
-        B, L, d = x.shape
-        acc = _accumulation_dtype(x.dtype)
-        xa = x.to(acc)
+# --8<-- [end:guided]
 
-        pre = xa @ self.w_x.to(acc).T  # (B, L, d) @ (d, k) -> (B, L, k), the paper's (W_x X)^T
-        if g is not None:
-            # (W_g g) 1^T repeats the guidance at every position: a broadcast here.
-            pre = pre + (g.to(acc) @ self.w_g.to(acc).T).unsqueeze(1)  # (B, L, k) + (B, 1, k)
+    # --8<-- [start:guided_forward]
+    def forward(
+        self, x: torch.Tensor, g: torch.Tensor | None = None, *,
+        x_mask: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """x_hat = A(X; g), and the weights a over the L positions of x."""
+        self._check_forward(x, g, x_mask)
+        acc = _accumulation_dtype(x.dtype)  # float32 for half precision
+        xa = x.to(acc)
+        pre = xa @ self.w_x.to(acc).T  # (B, L, d) @ (d, k) -> (B, L, k): (W_x X)^T
+        if g is not None:  # (W_g g) 1^T repeats the guidance at every position
+            pre = pre + (g.to(acc) @ self.w_g.to(acc).T).unsqueeze(1)  # + (B, 1, k)
         h = torch.tanh(pre)  # (B, L, k)
         logits = (h @ self.w_hx.to(acc).T).squeeze(-1)  # (B, L, k) @ (k, 1) -> (B, L)
         a = _masked_softmax(logits, x_mask)  # over the L positions
         x_hat = (a.unsqueeze(1) @ xa).squeeze(1)  # (B, 1, L) @ (B, L, d) -> (B, d)
         return x_hat.to(x.dtype), a.to(x.dtype)
-# --8<-- [end:guided]
+    # --8<-- [end:guided_forward]
 
 
 # --8<-- [start:alternating]
@@ -326,7 +232,8 @@ class AlternatingCoAttention(nn.Module):
 
     Shape:
         question ``(B, T, d)``, image ``(B, N, d)`` ->
-        q_hat ``(B, d)``, v_hat ``(B, d)``, a_q ``(B, T)``, a_v ``(B, N)``.
+        q_hat ``(B, d)``, v_hat ``(B, d)``, a_q ``(B, T)``, a_v ``(B, N)``
+        (``a_q`` from the third step). Masks as in ``ParallelCoAttention``.
     """
 
     def __init__(self, d_model: int, d_hidden: int) -> None:
@@ -338,33 +245,104 @@ class AlternatingCoAttention(nn.Module):
         self.attend_image = GuidedAttention(d_model, d_hidden)
         self.attend_question = GuidedAttention(d_model, d_hidden)
 
-    def forward(
-        self,
-        question: torch.Tensor,
-        image: torch.Tensor,
-        *,
-        question_mask: torch.Tensor | None = None,
-        image_mask: torch.Tensor | None = None,
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Question -> image -> question.
-
-        Args:
-            question: word features, ``(B, T, d)``.
-            image: region features, ``(B, N, d)``.
-            question_mask: ``(B, T)`` bool, True = real word; None = all real.
-            image_mask: ``(B, N)`` bool, True = real region; None = all real.
-
-        Returns:
-            ``(q_hat, v_hat, a_q, a_v)`` as in ``ParallelCoAttention``; ``a_q``
-            are the word weights of the third step.
-        """
-        _check_features("question", question, self.d_model, self.summarise.w_x.device)
-        _check_features("image", image, self.d_model, self.summarise.w_x.device)
+    def _check_forward(self, question, image, question_mask, image_mask) -> None:
+        device = self.summarise.w_x.device
+        _check_features("question", question, self.d_model, device)
+        _check_features("image", image, self.d_model, device)
         _check_batch(question, image)
         _check_padding_mask("question_mask", question_mask, question)
         _check_padding_mask("image_mask", image_mask, image)
-        s_hat, _ = self.summarise(question, x_mask=question_mask)  # (B, d)
-        v_hat, a_v = self.attend_image(image, s_hat, x_mask=image_mask)  # (B, d), (B, N)
-        q_hat, a_q = self.attend_question(question, v_hat, x_mask=question_mask)  # (B, d), (B, T)
-        return q_hat, v_hat, a_q, a_v
 # --8<-- [end:alternating]
+
+    # --8<-- [start:alternating_forward]
+    def forward(
+        self, question: torch.Tensor, image: torch.Tensor, *,
+        question_mask: torch.Tensor | None = None,
+        image_mask: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Question -> image -> question: three guided attentions in a row."""
+        self._check_forward(question, image, question_mask, image_mask)
+        s_hat, _ = self.summarise(question, x_mask=question_mask)  # (B, d)
+        v_hat, a_v = self.attend_image(image, s_hat, x_mask=image_mask)  # (B, d) (B, N)
+        # (B, d), (B, T)
+        q_hat, a_q = self.attend_question(question, v_hat, x_mask=question_mask)
+        return q_hat, v_hat, a_q, a_v
+    # --8<-- [end:alternating_forward]
+
+
+# --8<-- [start:validate]
+def _check_size(name: str, value: int) -> None:
+    if not isinstance(value, int) or value <= 0:
+        raise ValueError(f"{name} must be a positive int, got {value!r}")
+
+
+def _check_features(
+    name: str, x: torch.Tensor, d_model: int, device: torch.device
+) -> None:
+    """Raise unless x is a floating (B, L, d_model) tensor on the module's device."""
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    if not x.is_floating_point():
+        raise TypeError(f"{name} must have a floating dtype, got {x.dtype}")
+    if x.dim() != 3 or x.shape[-1] != d_model:
+        raise ValueError(
+            f"{name} must have shape (B, length, d_model) with d_model={d_model}, "
+            f"got shape {tuple(x.shape)}"
+        )
+    if x.device != device:
+        raise ValueError(f"{name} must be on the module's device {device}, "
+                         f"got {x.device}")
+
+
+def _check_padding_mask(name: str, mask: torch.Tensor | None, x: torch.Tensor) -> None:
+    """Raise unless mask is None or a bool (B, L) tensor matching x (B, L, d)."""
+    if mask is None:
+        return
+    if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
+        got = mask.dtype if isinstance(mask, torch.Tensor) else type(mask).__name__
+        raise TypeError(f"{name} must be a torch.bool tensor (True = real), got {got}")
+    if tuple(mask.shape) != tuple(x.shape[:2]):
+        raise ValueError(
+            f"{name} must have shape (B, length) = {tuple(x.shape[:2])}, "
+            f"got shape {tuple(mask.shape)}"
+        )
+    if mask.device != x.device:
+        raise ValueError(f"{name} must be on the device of the features {x.device}, "
+                         f"got {mask.device}")
+
+
+def _check_guidance(g: torch.Tensor | None, x: torch.Tensor, guided: bool) -> None:
+    """Refuse g unless it is a (B, d_model) tensor like x when guided, else None."""
+    b, _, d_model = x.shape
+    if guided and g is None:
+        raise ValueError("g is required: this GuidedAttention was built with "
+                         "guided=True, got None")
+    if not guided and g is not None:
+        raise ValueError(
+            "g must be None: this GuidedAttention was built with guided=False, "
+            f"got {type(g).__name__}"
+        )
+    if g is not None and (not isinstance(g, torch.Tensor)
+                          or tuple(g.shape) != (b, d_model)):
+        got = tuple(g.shape) if isinstance(g, torch.Tensor) else type(g).__name__
+        raise ValueError(f"g must have shape (B, d_model) = {(b, d_model)}, got {got}")
+    if g is not None and (g.dtype != x.dtype or g.device != x.device):
+        raise TypeError(
+            f"g must have the dtype and device of x ({x.dtype} on {x.device}), "
+            f"got {g.dtype} on {g.device}"
+        )
+
+
+def _check_batch(question: torch.Tensor, image: torch.Tensor) -> None:
+    """Raise unless question and image share the batch size and the dtype."""
+    if question.shape[0] != image.shape[0]:
+        raise ValueError(
+            "question and image must share the batch size B, got question "
+            f"{tuple(question.shape)} and image {tuple(image.shape)}"
+        )
+    if question.dtype != image.dtype:
+        raise TypeError(
+            f"question and image must share one dtype, got {question.dtype} and "
+            f"{image.dtype}"
+        )
+# --8<-- [end:validate]

@@ -10,6 +10,9 @@ Page: docs/attention/naive-self-attention.md
 Tested against: torch.nn.functional.scaled_dot_product_attention with
 q = k = v = X and scale=1 (tests/test_naive_self_attention.py).
 
+Kernel: ``naive_attention`` (the equation); face: ``naive_self_attention`` and
+the ``NaiveSelfAttention`` module (checks, half precision scored in float32).
+
 This file needs only torch and the standard library: copy it into a project.
 """
 
@@ -19,6 +22,18 @@ import torch
 from torch import nn
 
 __all__ = ["naive_self_attention", "NaiveSelfAttention"]
+
+
+# --8<-- [start:kernel]
+def naive_attention(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """softmax(X X^T) X: every token becomes a similarity-weighted average."""
+    q = k = v = x  # (B, N, D): one vector plays all three roles
+    scores = q @ k.transpose(-2, -1)  # (B, N, D) @ (B, D, N) -> (B, N, N)
+    # dim=-1: each query's row is normalised over the keys, not each key's column.
+    weights = torch.softmax(scores, dim=-1)  # (B, N, N)
+    out = weights @ v  # (B, N, N) @ (B, N, D) -> (B, N, D)
+    return out, weights
+# --8<-- [end:kernel]
 
 
 # --8<-- [start:forward]
@@ -35,22 +50,22 @@ def naive_self_attention(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     Shape:
         ``(B, N, D) -> (B, N, D)``.
     """
+    _check_naive_input(x)
+    # Half precision is scored in float32: x_i . x_j overflows float16 quickly.
+    acc = torch.float32 if x.dtype in (torch.float16, torch.bfloat16) else x.dtype
+    out, weights = naive_attention(x.to(acc))
+    return out.to(x.dtype), weights.to(x.dtype)
+
+
+def _check_naive_input(x: torch.Tensor) -> None:
+    """Refuse x unless it is a floating (B, N, D) tensor."""
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
     if not x.is_floating_point():
         raise TypeError(f"x must have a floating dtype, got {x.dtype}")
     if x.dim() != 3:
-        raise ValueError(
-            f"x must have shape (B, N, D) (batch first), got shape {tuple(x.shape)}"
-        )
-    # Half precision is scored in float32: x_i . x_j overflows float16 quickly.
-    acc = torch.float32 if x.dtype in (torch.float16, torch.bfloat16) else x.dtype
-    x_acc = x.to(acc)
-    scores = x_acc @ x_acc.transpose(-2, -1)  # (B, N, D) @ (B, D, N) -> (B, N, N)
-    # dim=-1: each query's row is normalised over the keys, not each key's column.
-    weights = torch.softmax(scores, dim=-1)  # (B, N, N)
-    out = weights @ x_acc  # (B, N, N) @ (B, N, D) -> (B, N, D)
-    return out.to(x.dtype), weights.to(x.dtype)
+        raise ValueError(f"x must have shape (B, N, D) (batch first), "
+                         f"got shape {tuple(x.shape)}")
 # --8<-- [end:forward]
 
 

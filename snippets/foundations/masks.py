@@ -12,7 +12,11 @@ boolean mask is True where a query MAY attend to a key; a floating mask is
 added to the scores (0 keeps a key, -inf removes it). ``nn.MultiheadAttention``
 takes the opposite polarity for both its ``attn_mask`` and its
 ``key_padding_mask`` (True = blocked); ``to_mha_mask`` and ``from_mha_mask``
-convert. Causal masks for N != M are aligned to the lower right.
+convert. A per-key mask with True = real key is called ``key_mask`` here, never
+``key_padding_mask``. Causal masks for N != M are aligned to the lower right.
+
+Each function is the math in a few lines after one ``_check_...`` call; the
+checks live together at the end of the file.
 
 This file needs only torch and the standard library: copy it into a project.
 """
@@ -37,136 +41,43 @@ __all__ = [
 def causal_mask(
     n_queries: int, n_keys: int, *, device: torch.device | str | None = None
 ) -> torch.Tensor:
-    """Boolean causal mask aligned to the lower right, True = may attend.
-
-    The N queries are taken to be the last N of the M positions, so query ``i``
-    may attend key ``j`` when ``j <= i + (M - N)``. For N == M this is the usual
-    lower triangle; for N < M (decoding with a KV cache) every query also sees
-    the cached prefix.
-
-    Args:
-        n_queries: N, the number of queries.
-        n_keys: M, the number of keys.
-        device: where to build the mask.
-
-    Returns:
-        A ``(N, M)`` boolean tensor.
-    """
-    for name, value in (("n_queries", n_queries), ("n_keys", n_keys)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise ValueError(f"{name} must be a non-negative int, got {value!r}")
+    """(N, M) bool, True where key j <= i + (M - N): the queries are the last N."""
+    _check_mask_sizes(n_queries, n_keys)
     i = torch.arange(n_queries, device=device).unsqueeze(-1)  # (N, 1)
     j = torch.arange(n_keys, device=device)  # (M,)
     return j <= i + (n_keys - n_queries)  # (N, 1) vs (M,) -> (N, M)
 # --8<-- [end:causal_mask]
 
+
 # --8<-- [start:padding]
-def padding_mask(
-    lengths: torch.Tensor, max_len: int | None = None
-) -> torch.Tensor:
-    """Boolean mask of the real tokens of a padded batch, True = real token.
-
-    Args:
-        lengths: ``(B,)`` integer tensor, the number of real tokens in each
-            sequence (padding comes after them).
-        max_len: the padded length M; ``lengths.max()`` when ``None``.
-
-    Returns:
-        A ``(B, M)`` boolean tensor: ``mask[b, j]`` is True when ``j < lengths[b]``.
-    """
-    if not isinstance(lengths, torch.Tensor):
-        raise TypeError(f"lengths must be a torch.Tensor, got {type(lengths).__name__}")
-    if lengths.dim() != 1:
-        raise ValueError(
-            f"lengths must be 1-D with shape (B,), got shape {tuple(lengths.shape)}"
-        )
-    if lengths.is_floating_point() or lengths.is_complex() or lengths.dtype == torch.bool:
-        raise TypeError(f"lengths must have an integer dtype, got {lengths.dtype}")
-    if lengths.numel() > 0 and int(lengths.min()) < 0:
-        raise ValueError(f"lengths must be >= 0, got {lengths.tolist()}")
-    longest = int(lengths.max()) if lengths.numel() > 0 else 0
+def padding_mask(lengths: torch.Tensor, max_len: int | None = None) -> torch.Tensor:
+    """(B,) lengths -> (B, M) bool, True for the first lengths[b] positions (real)."""
+    _check_lengths_tensor(lengths, max_len)
     if max_len is None:
-        max_len = longest
-    elif isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < longest:
-        raise ValueError(
-            f"max_len must be an int >= the longest length {longest}, got {max_len!r}"
-        )
+        max_len = int(lengths.max()) if lengths.numel() else 0
     j = torch.arange(max_len, device=lengths.device)  # (M,)
     return j < lengths.unsqueeze(-1)  # (M,) vs (B, 1) -> (B, M)
 # --8<-- [end:padding]
 
 
 # --8<-- [start:broadcast]
-def _check_bool(mask: torch.Tensor, name: str) -> None:
-    if not isinstance(mask, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(mask).__name__}")
-    if mask.dtype != torch.bool:
-        raise TypeError(f"{name} must have dtype torch.bool, got {mask.dtype}")
-
-
-def _check_pair(attn_mask: torch.Tensor, keys: torch.Tensor) -> None:
-    """Raise unless attn_mask (.., N, M) and keys (B, 1, 1, M) combine on one device."""
-    if attn_mask.device != keys.device:
-        raise ValueError(
-            f"attn_mask and key_mask must be on one device, got {attn_mask.device} and {keys.device}"
-        )
-    try:
-        torch.broadcast_shapes(attn_mask.shape, keys.shape)
-    except RuntimeError:
-        raise ValueError(
-            "attn_mask must broadcast with key_mask seen as (B, 1, 1, M) = "
-            f"{tuple(keys.shape)} (same B, same M), got attn_mask {tuple(attn_mask.shape)}"
-        ) from None
-
-
 def key_mask_to_attn_mask(key_mask: torch.Tensor) -> torch.Tensor:
-    """Turn a per-key mask into an attention mask over (B, H, N, M).
-
-    Args:
-        key_mask: ``(B, M)`` boolean, True = real key that may be attended.
-
-    Returns:
-        ``(B, 1, 1, M)`` boolean: the same key mask for every head and query,
-        ready to broadcast against ``(B, H, N, M)`` scores.
-    """
-    _check_bool(key_mask, "key_mask")
-    if key_mask.dim() != 2:
-        raise ValueError(
-            f"key_mask must have shape (B, M), got shape {tuple(key_mask.shape)}"
-        )
+    """(B, M) key mask (True = real key) -> (B, 1, 1, M), for (B, H, N, M) scores."""
+    _check_key_mask_dims(key_mask)
     return key_mask[:, None, None, :]  # (B, M) -> (B, 1, 1, M)
 
 
 def combine_masks(
     attn_mask: torch.Tensor | None = None, key_mask: torch.Tensor | None = None
 ) -> torch.Tensor | None:
-    """AND a boolean attention mask with a key mask: attend only where both allow.
-
-    Args:
-        attn_mask: ``None`` or a boolean mask broadcastable to ``(B, H, N, M)``,
-            e.g. ``(N, M)`` from ``causal_mask``.
-        key_mask: ``None`` or ``(B, M)`` boolean, True = real key.
-
-    Returns:
-        ``None`` when both are ``None``, else a boolean mask that broadcasts
-        to ``(B, H, N, M)`` (``(B, 1, N, M)`` when both are given).
-    """
-    if attn_mask is not None:
-        _check_bool(attn_mask, "attn_mask")
-        if attn_mask.dim() not in (2, 3, 4):
-            raise ValueError(
-                "attn_mask must have shape (N, M), (B, N, M) or (B, H, N, M), "
-                f"got shape {tuple(attn_mask.shape)}"
-            )
-        if attn_mask.dim() == 3:
-            attn_mask = attn_mask.unsqueeze(1)  # (B, N, M) -> (B, 1, N, M)
+    """Attend only where both allow: attn_mask (.., N, M) AND key_mask (B, M)."""
+    _check_combine(attn_mask, key_mask)
+    if attn_mask is not None and attn_mask.dim() == 3:
+        attn_mask = attn_mask.unsqueeze(1)  # (B, N, M) -> (B, 1, N, M)
     if key_mask is None:
         return attn_mask
     keys = key_mask_to_attn_mask(key_mask)  # (B, 1, 1, M)
-    if attn_mask is None:
-        return keys
-    _check_pair(attn_mask, keys)
-    return attn_mask & keys  # (N, M) & (B, 1, 1, M) -> (B, 1, N, M)
+    return keys if attn_mask is None else attn_mask & keys  # -> (B, 1, N, M)
 # --8<-- [end:broadcast]
 
 
@@ -174,78 +85,117 @@ def combine_masks(
 def bool_to_additive(
     mask: torch.Tensor, dtype: torch.dtype = torch.float32
 ) -> torch.Tensor:
-    """Boolean mask (True = may attend) -> float mask of 0 and -inf.
-
-    -inf rather than -1e9: ``exp(-inf)`` is exactly 0 in every dtype, while
-    -1e9 does not even fit in float16 (its range ends at 65504).
-
-    Args:
-        mask: boolean mask of any shape.
-        dtype: a floating dtype for the result; use the dtype of the queries.
-
-    Returns:
-        A tensor of ``mask``'s shape: 0 where True, -inf where False.
-    """
-    _check_bool(mask, "mask")
-    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
-        raise TypeError(f"dtype must be a floating dtype, got {dtype!r}")
+    """True (may attend) -> 0, False -> -inf: exp(-inf) is 0 in every dtype."""
+    _check_bool(mask, "mask", dtype)
     zeros = torch.zeros(mask.shape, dtype=dtype, device=mask.device)
     return zeros.masked_fill(~mask, float("-inf"))
 
 
 def additive_to_bool(mask: torch.Tensor) -> torch.Tensor:
-    """Float mask -> boolean mask, True where the entry is not -inf.
-
-    Finite entries other than 0 are biases, not masking: they survive in the
-    float mask but are lost in the boolean one.
-
-    Args:
-        mask: floating mask of any shape.
-
-    Returns:
-        A boolean tensor of the same shape, True = may attend.
-    """
-    if not isinstance(mask, torch.Tensor):
-        raise TypeError(f"mask must be a torch.Tensor, got {type(mask).__name__}")
-    if not mask.is_floating_point():
-        raise TypeError(f"mask must have a floating dtype, got {mask.dtype}")
+    """Float mask -> bool, True where not -inf (finite biases are lost)."""
+    _check_float_mask(mask)
     return ~torch.isneginf(mask)
 # --8<-- [end:additive]
 
 
 # --8<-- [start:mha]
 def to_mha_mask(mask: torch.Tensor) -> torch.Tensor:
-    """Site mask -> a mask for ``nn.MultiheadAttention``.
-
-    Works for both of its arguments: ``attn_mask`` ``(N, M)`` and
-    ``key_padding_mask`` ``(B, M)``. A boolean mask flips polarity
-    (True = may attend becomes True = blocked); a float mask is added to the
-    scores by both libraries, so it passes through unchanged.
-
-    Args:
-        mask: boolean (True = may attend) or floating (added) mask.
-
-    Returns:
-        The mask in ``nn.MultiheadAttention``'s convention.
-    """
-    if not isinstance(mask, torch.Tensor):
-        raise TypeError(f"mask must be a torch.Tensor, got {type(mask).__name__}")
-    if mask.dtype == torch.bool:
-        return ~mask
-    if mask.is_floating_point():
-        return mask
-    raise TypeError(f"mask must be torch.bool or a floating dtype, got {mask.dtype}")
+    """Site mask -> nn.MultiheadAttention's (attn_mask or key_padding_mask)."""
+    _check_any_mask(mask)
+    # A boolean mask flips polarity (True = blocked there); a float one is added
+    # to the scores by both libraries, so it passes through unchanged.
+    return ~mask if mask.dtype == torch.bool else mask
 
 
 def from_mha_mask(mask: torch.Tensor) -> torch.Tensor:
-    """``nn.MultiheadAttention`` mask (True = blocked) -> site mask (True = may attend).
-
-    Args:
-        mask: boolean (True = blocked) or floating (added) mask.
-
-    Returns:
-        The mask in the site's (and ``F.scaled_dot_product_attention``'s) convention.
-    """
-    # Negation is its own inverse; a separate name keeps call sites readable.
-    return to_mha_mask(mask)
+    """nn.MultiheadAttention mask (True = blocked) -> site mask (True = may attend)."""
+    return to_mha_mask(mask)  # negation is its own inverse
 # --8<-- [end:mha]
+
+
+# --8<-- [start:check_mask_sizes]
+def _check_mask_sizes(n_queries: int, n_keys: int) -> None:
+    """Refuse a length that is not a whole number >= 0."""
+    for name, value in (("n_queries", n_queries), ("n_keys", n_keys)):
+        if not isinstance(value, int) or value < 0:
+            raise ValueError(f"{name} must be an int >= 0, got {value!r}")
+# --8<-- [end:check_mask_sizes]
+
+
+# --8<-- [start:validate]
+def _check_lengths_tensor(lengths: torch.Tensor, max_len: int | None) -> None:
+    """Refuse lengths that are not (B,) integers >= 0, or a max_len below them."""
+    if not isinstance(lengths, torch.Tensor) or lengths.is_floating_point() \
+            or lengths.is_complex() or lengths.dtype == torch.bool:
+        got = (lengths.dtype if isinstance(lengths, torch.Tensor)
+               else type(lengths).__name__)
+        raise TypeError(f"lengths must be an integer tensor (B,), got {got}")
+    if lengths.dim() != 1:  # (B,)
+        raise ValueError(f"lengths must be 1-D with shape (B,), got shape "
+                         f"{tuple(lengths.shape)}")
+    if lengths.numel() and int(lengths.min()) < 0:
+        raise ValueError(f"lengths must be >= 0, got {lengths.tolist()}")
+    longest = int(lengths.max()) if lengths.numel() else 0
+    if max_len is not None and (not isinstance(max_len, int) or max_len < longest):
+        raise ValueError(f"max_len must be an int >= the longest length {longest}, "
+                         f"got {max_len!r}")
+
+
+def _check_bool(mask: torch.Tensor, name: str, dtype: torch.dtype | None = None
+                ) -> None:
+    """Refuse a mask that is not bool, or a result dtype that cannot hold -inf."""
+    if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
+        got = mask.dtype if isinstance(mask, torch.Tensor) else type(mask).__name__
+        raise TypeError(f"{name} must have dtype torch.bool, got {got}")
+    if dtype is not None and not (isinstance(dtype, torch.dtype)
+                                  and dtype.is_floating_point):
+        raise TypeError(f"dtype must be a floating dtype, got {dtype!r}")
+
+
+def _check_key_mask_dims(key_mask: torch.Tensor) -> None:
+    _check_bool(key_mask, "key_mask")
+    if key_mask.dim() != 2:
+        raise ValueError(f"key_mask must have shape (B, M), got shape "
+                         f"{tuple(key_mask.shape)}")
+
+
+def _check_combine(attn_mask: torch.Tensor | None, key_mask: torch.Tensor | None
+                   ) -> None:
+    """Refuse masks that are not bool, or that do not broadcast on one device."""
+    if attn_mask is not None:
+        _check_bool(attn_mask, "attn_mask")
+        if attn_mask.dim() not in (2, 3, 4):
+            raise ValueError("attn_mask must have shape (N, M), (B, N, M) or "
+                             f"(B, H, N, M), got shape {tuple(attn_mask.shape)}")
+    if key_mask is not None:
+        _check_key_mask_dims(key_mask)
+    if attn_mask is None or key_mask is None:
+        return
+    if attn_mask.device != key_mask.device:
+        raise ValueError(f"attn_mask and key_mask must be on one device, got "
+                         f"{attn_mask.device} and {key_mask.device}")
+    keys = key_mask[:, None, None, :]  # (B, 1, 1, M)
+    lead = attn_mask.unsqueeze(1) if attn_mask.dim() == 3 else attn_mask
+    try:
+        torch.broadcast_shapes(lead.shape, keys.shape)
+    except RuntimeError:
+        raise ValueError("attn_mask must broadcast with key_mask seen as "
+                         f"(B, 1, 1, M) = {tuple(keys.shape)} (same B, same M), "
+                         f"got attn_mask "
+                         f"{tuple(attn_mask.shape)}") from None
+
+
+def _check_float_mask(mask: torch.Tensor) -> None:
+    if not isinstance(mask, torch.Tensor):
+        raise TypeError(f"mask must be a torch.Tensor, got {type(mask).__name__}")
+    if not mask.is_floating_point():
+        raise TypeError(f"mask must have a floating dtype, got {mask.dtype}")
+
+
+def _check_any_mask(mask: torch.Tensor) -> None:
+    if not isinstance(mask, torch.Tensor):
+        raise TypeError(f"mask must be a torch.Tensor, got {type(mask).__name__}")
+    if mask.dtype != torch.bool and not mask.is_floating_point():
+        raise TypeError(f"mask must be torch.bool or a floating dtype, "
+                        f"got {mask.dtype}")
+# --8<-- [end:validate]

@@ -16,7 +16,13 @@ rotation that maps PE[pos] to PE[pos + k], and the permutation equivariance of
 attention without positions (tests/test_positional_encoding.py).
 
 The table is computed for the length it is asked for, never stored at a fixed
-maximum length, so a longer input than any seen before still works.
+maximum length, so a longer input than any seen before still works. A learned
+table asked for a position past its end raises a ValueError that names the
+positions and the table size, not torch's IndexError.
+
+Kernels (the equations): ``sinusoids``, ``offset_rotation`` and each module's
+``forward``; faces (arguments, checks, dtypes): ``sinusoidal_positional_encoding``
+and the modules' constructors.
 
 This file needs only torch and the standard library: copy it into a project.
 """
@@ -34,44 +40,33 @@ __all__ = [
 ]
 
 
-def _check_positive_int(name: str, value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError(f"{name} must be a positive int, got {value!r}")
-
-
-def _check_even_d_model(d_model: object) -> None:
-    _check_positive_int("d_model", d_model)
-    if d_model % 2:
-        raise ValueError(f"d_model must be even (sin and cos pairs), got {d_model}")
-
-
-def _check_base(base: object) -> None:
-    if isinstance(base, bool) or not isinstance(base, (int, float)) or not base > 1:
-        raise ValueError(f"base must be a number > 1, got {base!r}")
-
-
-def _check_float_dtype(dtype: object) -> None:
-    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
-        raise TypeError(f"dtype must be a floating torch.dtype, got {dtype!r}")
-
-
-def _check_dropout(name: str, p: float) -> None:
-    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p < 1.0:
-        raise ValueError(f"{name} must be a float in [0, 1), got {p!r}")
-
-
-def _check_x(x: object, d_model: int, device: torch.device | None = None) -> None:
-    """Raise unless x is a floating (B, N, d_model) tensor (on ``device``, if given)."""
-    if not isinstance(x, torch.Tensor) or x.dim() != 3 or x.shape[-1] != d_model:
-        shape = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
-        raise ValueError(f"x must have shape (B, N, D) with D={d_model}, got {shape}")
-    if not x.is_floating_point():
-        raise TypeError(f"x must have a floating dtype, got {x.dtype}")
-    if device is not None and x.device != device:
-        raise ValueError(f"x must be on the module's device {device}, got {x.device}")
-
-
 # --8<-- [start:sinusoidal]
+def sinusoids(pos: torch.Tensor, d_model: int, base: float = 10000.0) -> torch.Tensor:
+    """PE[pos, 2i] = sin(pos w_i), PE[pos, 2i+1] = cos(pos w_i), w_i = base^(-2i/D)."""
+    two_i = torch.arange(0, d_model, 2, dtype=pos.dtype, device=pos.device)  # (D/2,)
+    freq = base ** (-two_i / d_model)  # w_i, (D/2,)
+    angle = pos.unsqueeze(-1) * freq  # (N, 1) * (D/2,) -> (N, D/2)
+    pe = torch.stack([angle.sin(), angle.cos()], dim=-1)  # (N, D/2, 2)
+    return pe.flatten(-2)  # (N, D/2, 2) -> (N, D): sin, cos interleaved
+# --8<-- [end:sinusoidal]
+
+
+# --8<-- [start:offset]
+def offset_rotation(
+    k: int, d_model: int, *, base: float = 10000.0, dtype: torch.dtype = torch.float64
+) -> torch.Tensor:
+    """R_k (D, D) with PE[pos + k] = R_k @ PE[pos]: each pair turns by k w_i."""
+    _check_offset(k, d_model, base, dtype)
+    two_i = torch.arange(0, d_model, 2, dtype=torch.float64)  # (D/2,)
+    theta = k * base ** (-two_i / d_model)  # k * w_i, (D/2,)
+    cos, sin = theta.cos(), theta.sin()
+    rows = (torch.stack([cos, sin], -1), torch.stack([-sin, cos], -1))  # (D/2, 2) each
+    blocks = torch.stack(rows, -2)  # (D/2, 2, 2): [[cos, sin], [-sin, cos]]
+    return torch.block_diag(*blocks).to(dtype)  # D/2 blocks of (2, 2) -> (D, D)
+# --8<-- [end:offset]
+
+
+# --8<-- [start:table]
 def sinusoidal_positional_encoding(
     n_positions: int,
     d_model: int,
@@ -81,10 +76,7 @@ def sinusoidal_positional_encoding(
     dtype: torch.dtype = torch.float32,
     device: torch.device | str | None = None,
 ) -> torch.Tensor:
-    """The table PE[pos, 2i] = sin(pos * w_i), PE[pos, 2i + 1] = cos(pos * w_i).
-
-    The frequencies are w_i = base^(-2i / D): a geometric progression of
-    wavelengths from 2 pi to base * 2 pi.
+    """The sinusoidal table for positions ``start .. start + N - 1``.
 
     Args:
         n_positions: N, how many positions (rows).
@@ -95,56 +87,20 @@ def sinusoidal_positional_encoding(
         device: where to build it.
 
     Returns:
-        A ``(N, D)`` tensor for positions ``start .. start + N - 1``.
+        A ``(N, D)`` tensor, ``PE[pos, 2i] = sin(pos w_i)``,
+        ``PE[pos, 2i + 1] = cos(pos w_i)``.
     """
-    _check_positive_int("n_positions", n_positions)
-    _check_even_d_model(d_model)
-    if isinstance(start, bool) or not isinstance(start, int) or start < 0:
-        raise ValueError(f"start must be a non-negative int, got {start!r}")
-    _check_base(base)
-    _check_float_dtype(dtype)
-    # float64: pos * w_i loses the low digits of large positions in float32.
-    pos = torch.arange(start, start + n_positions, dtype=torch.float64, device=device)  # (N,)
-    two_i = torch.arange(0, d_model, 2, dtype=torch.float64, device=device)  # (D/2,)
-    freq = base ** (-two_i / d_model)  # w_i, (D/2,)
-    angle = pos.unsqueeze(-1) * freq  # (N, 1) * (D/2,) -> (N, D/2)
-    pe = torch.stack([angle.sin(), angle.cos()], dim=-1)  # (N, D/2, 2)
-    return pe.flatten(-2).to(dtype)  # (N, D/2, 2) -> (N, D): sin, cos interleaved
-# --8<-- [end:sinusoidal]
+    _check_table(n_positions, d_model, start, base, dtype)
+    # float64: pos * w_i loses the low digits of large positions in float32
+    # (MPS has no float64).
+    mps = torch.device(device or "cpu").type == "mps"
+    wide = torch.float32 if mps else torch.float64
+    pos = torch.arange(start, start + n_positions, dtype=wide, device=device)  # (N,)
+    return sinusoids(pos, d_model, base).to(dtype)  # (N, D)
+# --8<-- [end:table]
 
 
-# --8<-- [start:offset]
-def offset_rotation(k: int, d_model: int, *, base: float = 10000.0, dtype: torch.dtype = torch.float64) -> torch.Tensor:
-    """The matrix R_k with PE[pos + k] = R_k @ PE[pos] for every pos.
-
-    Each (sin, cos) pair turns by the angle k * w_i:
-    sin(a + b) = sin a cos b + cos a sin b and cos(a + b) = cos a cos b - sin a sin b,
-    so R_k is block-diagonal with 2 x 2 blocks [[cos kw, sin kw], [-sin kw, cos kw]].
-    It depends on the offset k only, not on pos.
-
-    Args:
-        k: the offset (any int, negative too).
-        d_model: D, even.
-        base: 10000 in the paper.
-        dtype: dtype of the matrix.
-
-    Returns:
-        A ``(D, D)`` block-diagonal rotation matrix.
-    """
-    if isinstance(k, bool) or not isinstance(k, int):
-        raise ValueError(f"k must be an int offset, got {k!r}")
-    _check_even_d_model(d_model)
-    _check_base(base)
-    _check_float_dtype(dtype)
-    two_i = torch.arange(0, d_model, 2, dtype=torch.float64)  # (D/2,)
-    theta = k * base ** (-two_i / d_model)  # k * w_i, (D/2,)
-    cos, sin = theta.cos(), theta.sin()
-    blocks = torch.stack([torch.stack([cos, sin], -1), torch.stack([-sin, cos], -1)], -2)  # (D/2, 2, 2)
-    return torch.block_diag(*blocks).to(dtype)  # D/2 blocks of (2, 2) -> (D, D)
-# --8<-- [end:offset]
-
-
-# --8<-- [start:modules]
+# --8<-- [start:sinusoidal_module]
 class SinusoidalPositionalEncoding(nn.Module):
     """x + PE[start : start + N], then dropout (the paper uses P_drop = 0.1).
 
@@ -157,27 +113,38 @@ class SinusoidalPositionalEncoding(nn.Module):
         ``(B, N, D) -> (B, N, D)``.
     """
 
-    def __init__(self, d_model: int, *, dropout: float = 0.0, base: float = 10000.0) -> None:
+    def __init__(
+        self, d_model: int, *, dropout: float = 0.0, base: float = 10000.0
+    ) -> None:
         super().__init__()
-        _check_even_d_model(d_model)
+        _check_table(1, d_model, 0, base, torch.float32)
         _check_dropout("dropout", dropout)
-        _check_base(base)
         self.d_model, self.base, self.dropout = d_model, base, float(dropout)
 
-    def forward(self, x: torch.Tensor, *, start: int = 0) -> torch.Tensor:
-        """Add the encoding of positions ``start .. start + N - 1`` to ``x`` (B, N, D)."""
+    def _check_forward(self, x: torch.Tensor, start: int) -> None:
         _check_x(x, self.d_model)
-        b, n, d = x.shape
-        pe = sinusoidal_positional_encoding(n, d, start=start, base=self.base, dtype=x.dtype, device=x.device)  # (N, D)
+        _check_table(max(x.shape[1], 1), self.d_model, start, self.base, x.dtype)
+# --8<-- [end:sinusoidal_module]
+
+    # --8<-- [start:sinusoidal_forward]
+    def forward(self, x: torch.Tensor, *, start: int = 0) -> torch.Tensor:
+        """x + PE[start : start + N] for x (B, N, D), then dropout in training."""
+        self._check_forward(x, start)
+        pe = sinusoidal_positional_encoding(
+            x.shape[1], self.d_model, start=start, base=self.base, dtype=x.dtype,
+            device=x.device)  # (N, D)
         dropout_p = self.dropout if self.training else 0.0
-        return nn.functional.dropout(x + pe, dropout_p)  # (B, N, D) + (N, D) -> (B, N, D)
+        return nn.functional.dropout(x + pe, dropout_p)  # (B, N, D) + (N, D)
+    # --8<-- [end:sinusoidal_forward]
 
 
+# --8<-- [start:learned_module]
 class LearnedPositionalEncoding(nn.Module):
     """x + E[start : start + N] with E a trained ``(max_len, D)`` table.
 
     Unlike the sinusoids, a learned table knows nothing past ``max_len``: a
-    longer input is an error, not a silent wrap-around.
+    longer input is a ValueError that names the positions, not a silent
+    wrap-around or torch's IndexError.
 
     Args:
         max_len: the number of positions the table holds.
@@ -194,21 +161,76 @@ class LearnedPositionalEncoding(nn.Module):
         _check_positive_int("d_model", d_model)
         _check_dropout("dropout", dropout)
         self.embedding = nn.Embedding(max_len, d_model)
-        nn.init.normal_(self.embedding.weight, std=0.02)  # small, so words dominate at the start
+        # Small, so that the words dominate at the start of training.
+        nn.init.normal_(self.embedding.weight, std=0.02)
         self.max_len, self.d_model, self.dropout = max_len, d_model, float(dropout)
 
-    def forward(self, x: torch.Tensor, *, start: int = 0) -> torch.Tensor:
-        """Add the learned vectors of positions ``start .. start + N - 1`` to ``x`` (B, N, D)."""
+    def _check_forward(self, x: torch.Tensor, start: int) -> None:
         _check_x(x, self.d_model, self.embedding.weight.device)
-        b, n, d = x.shape
-        if isinstance(start, bool) or not isinstance(start, int) or start < 0:
+        n = x.shape[1]
+        if not isinstance(start, int) or start < 0:
             raise ValueError(f"start must be a non-negative int, got {start!r}")
         if start + n > self.max_len:
             raise ValueError(
                 f"positions {start}..{start + n - 1} do not fit a learned table of "
                 f"max_len={self.max_len}; got N={n} with start={start}"
             )
-        positions = torch.arange(start, start + n, device=x.device)  # (N,)
+# --8<-- [end:learned_module]
+
+    # --8<-- [start:learned_forward]
+    def forward(self, x: torch.Tensor, *, start: int = 0) -> torch.Tensor:
+        """x + E[start : start + N] for x (B, N, D), then dropout in training."""
+        self._check_forward(x, start)
+        positions = torch.arange(start, start + x.shape[1], device=x.device)  # (N,)
         dropout_p = self.dropout if self.training else 0.0
-        return nn.functional.dropout(x + self.embedding(positions), dropout_p)  # (B, N, D) + (N, D)
-# --8<-- [end:modules]
+        # (B, N, D) + (N, D) -> (B, N, D)
+        return nn.functional.dropout(x + self.embedding(positions), dropout_p)
+    # --8<-- [end:learned_forward]
+
+
+# --8<-- [start:validate]
+def _check_positive_int(name: str, value: int) -> None:
+    if not isinstance(value, int) or value <= 0:
+        raise ValueError(f"{name} must be a positive int, got {value!r}")
+
+
+def _check_table(n_positions: int, d_model: int, start: int, base: float,
+                 dtype: torch.dtype) -> None:
+    """Refuse sizes, a start, a base or a dtype that would give a wrong table."""
+    _check_positive_int("n_positions", n_positions)
+    _check_positive_int("d_model", d_model)
+    if d_model % 2:
+        raise ValueError(f"d_model must be even (sin and cos pairs), got {d_model}")
+    if not isinstance(start, int) or start < 0:
+        raise ValueError(f"start must be a non-negative int, got {start!r}")
+    _check_base_and_dtype(base, dtype)
+
+
+def _check_offset(k: int, d_model: int, base: float, dtype: torch.dtype) -> None:
+    if not isinstance(k, int):
+        raise ValueError(f"k must be an int offset, got {k!r}")
+    _check_table(1, d_model, 0, base, dtype)
+
+
+def _check_base_and_dtype(base: float, dtype: torch.dtype) -> None:
+    if not isinstance(base, (int, float)) or not base > 1:
+        raise ValueError(f"base must be a number > 1, got {base!r}")
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise TypeError(f"dtype must be a floating torch.dtype, got {dtype!r}")
+
+
+def _check_dropout(name: str, p: float) -> None:
+    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p < 1.0:
+        raise ValueError(f"{name} must be a float in [0, 1), got {p!r}")
+
+
+def _check_x(x: torch.Tensor, d_model: int, device: torch.device | None = None) -> None:
+    """Refuse x unless it is a floating (B, N, d_model) tensor (on ``device``)."""
+    if not isinstance(x, torch.Tensor) or x.dim() != 3 or x.shape[-1] != d_model:
+        shape = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+        raise ValueError(f"x must have shape (B, N, D) with D={d_model}, got {shape}")
+    if not x.is_floating_point():
+        raise TypeError(f"x must have a floating dtype, got {x.dtype}")
+    if device is not None and x.device != device:
+        raise ValueError(f"x must be on the module's device {device}, got {x.device}")
+# --8<-- [end:validate]
