@@ -53,7 +53,7 @@ PAD, BOS, EOS = 0, 1, 2  # digits d are tokens d + 3
 
 
 # --8<-- [start:tensor_checks]
-def _check_ints(minimum: int, **values: object) -> None:
+def _check_sizes(minimum: int, **values: object) -> None:
     """Refuse a size or a count that is not an int >= minimum."""
     for name, value in values.items():
         if not isinstance(value, int) or value < minimum:
@@ -78,17 +78,17 @@ def _check_tensor(name, t, shape, like: torch.Tensor, dtypes=None) -> None:
 
 
 # --8<-- [start:checks]
-def _check_ids(name: str, ids, embedding: nn.Embedding, shape=(None, None)) -> None:
-    """Refuse anything but a (B, N) integer tensor of ids the embedding has."""
-    _check_tensor(name, ids, shape, embedding.weight, (torch.int64, torch.int32))
-    if bool(((ids < 0) | (ids >= embedding.num_embeddings)).any()):
-        raise ValueError(f"{name} must lie in [0, {embedding.num_embeddings}), got "
+def _check_token_ids(name, ids, vocab_size: int, like, shape=(None, None)) -> None:
+    """Refuse anything but a (B, N) integer tensor of ids in [0, vocab_size)."""
+    _check_tensor(name, ids, shape, like, (torch.int64, torch.int32))
+    if bool(((ids < 0) | (ids >= vocab_size)).any()):
+        raise ValueError(f"{name} must lie in [0, {vocab_size}), got "
                          f"ids from {int(ids.min())} to {int(ids.max())}")
 
 
 def _check_source(src, mask, embedding: nn.Embedding, mask_name: str) -> None:
     """Refuse src unless it holds ids, a mask unless right-padded with no empty row."""
-    _check_ids("src", src, embedding)
+    _check_token_ids("src", src, embedding.num_embeddings, embedding.weight)
     if mask is None:
         return
     _check_tensor(mask_name, mask, tuple(src.shape), src, (torch.bool,))
@@ -145,7 +145,7 @@ class AdditiveAttention(nn.Module):
 
     def __init__(self, query_dim: int, key_dim: int, attn_dim: int) -> None:
         super().__init__()
-        _check_ints(1, query_dim=query_dim, key_dim=key_dim, attn_dim=attn_dim)
+        _check_sizes(1, query_dim=query_dim, key_dim=key_dim, attn_dim=attn_dim)
         # The paper writes the score without biases; so does this module.
         self.w_a = nn.Linear(query_dim, attn_dim, bias=False)  # W_a
         self.u_a = nn.Linear(key_dim, attn_dim, bias=False)  # U_a
@@ -213,7 +213,7 @@ class BahdanauEncoder(nn.Module):
         self, vocab_size: int, emb_dim: int, hidden_size: int, *, padding_idx: int = 0
     ) -> None:
         super().__init__()
-        _check_ints(1, vocab_size=vocab_size, emb_dim=emb_dim, hidden_size=hidden_size)
+        _check_sizes(1, vocab_size=vocab_size, emb_dim=emb_dim, hidden_size=hidden_size)
         if not isinstance(padding_idx, int) or not 0 <= padding_idx < vocab_size:
             raise ValueError(f"padding_idx must be < {vocab_size}, got {padding_idx}")
         self.embedding = nn.Embedding(vocab_size, emb_dim, padding_idx=padding_idx)
@@ -276,8 +276,8 @@ class BahdanauSeq2Seq(nn.Module):
         use_attention: bool = True,
     ) -> None:
         super().__init__()
-        _check_ints(1, src_vocab=src_vocab, tgt_vocab=tgt_vocab, emb_dim=emb_dim)
-        _check_ints(1, hidden_size=hidden_size, attn_dim=attn_dim)
+        _check_sizes(1, src_vocab=src_vocab, tgt_vocab=tgt_vocab, emb_dim=emb_dim)
+        _check_sizes(1, hidden_size=hidden_size, attn_dim=attn_dim)
         n = hidden_size
         self.use_attention = use_attention
         self.encoder = BahdanauEncoder(src_vocab, emb_dim, n)
@@ -301,7 +301,8 @@ class BahdanauSeq2Seq(nn.Module):
     def forward(self, src: torch.Tensor, tgt_in: torch.Tensor, *, src_mask=None):
         """Teacher forcing: logits (B, T, V) and weights (B, T, M) or None."""
         src_mask, annotations, summary, s, projected = self._start(src, src_mask)
-        _check_ids("tgt_in", tgt_in, self.tgt_embedding, (src.shape[0], None))
+        vocab, like = self.tgt_embedding.num_embeddings, src
+        _check_token_ids("tgt_in", tgt_in, vocab, like, (src.shape[0], None))
         all_logits, all_weights = [], []
         for t in range(tgt_in.shape[1]):
             step = self.step(tgt_in[:, t], s, annotations, summary, src_mask, projected)
@@ -316,7 +317,7 @@ class BahdanauSeq2Seq(nn.Module):
     def greedy_decode(self, src: torch.Tensor, max_len: int, *, src_mask=None):
         """Feed back the argmax: tokens (B, T), weights (B, T, M) or None."""
         src_mask, annotations, summary, s, projected = self._start(src, src_mask)
-        _check_ints(0, max_len=max_len)
+        _check_sizes(0, max_len=max_len)
         y = torch.full((src.shape[0],), BOS, dtype=torch.long, device=src.device)
         tokens, all_weights = [], []
         for _ in range(max_len):
@@ -372,7 +373,7 @@ def reversal_batch(batch_size: int, min_len: int, max_len: int, rng: random.Rand
     (BOS + target), ``tgt_out (B, T)`` (target + EOS, PAD after), with
     M = the longest source and T = M + 1. Digit d is token d + 3.
     """
-    _check_ints(1, batch_size=batch_size, min_len=min_len, max_len=max_len)
+    _check_sizes(1, batch_size=batch_size, min_len=min_len, max_len=max_len)
     if min_len > max_len:
         raise ValueError(f"max_len must be >= min_len={min_len}, got max_len={max_len}")
     if not isinstance(rng, random.Random):
@@ -408,7 +409,7 @@ def train_toy_translation(
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
-    _check_ints(0, steps=steps, seed=seed)
+    _check_sizes(0, steps=steps, seed=seed)
     if not isinstance(lr, (int, float)) or not 0 < lr < float("inf"):
         raise ValueError(f"lr must be a finite float > 0, got {lr!r}")
     rng = random.Random(seed)
@@ -440,8 +441,8 @@ def accuracy_by_length(
     if not isinstance(lengths, Iterable):
         raise TypeError(f"lengths must be a list of ints, got {type(lengths).__name__}")
     lengths = list(lengths)
-    _check_ints(1, n_per_length=n_per_length)
-    _check_ints(1, **{f"lengths[{i}]": n for i, n in enumerate(lengths)})
+    _check_sizes(1, n_per_length=n_per_length)
+    _check_sizes(1, **{f"lengths[{i}]": n for i, n in enumerate(lengths)})
     rng = random.Random(seed)
     model.eval()
     result = {}

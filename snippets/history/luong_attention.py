@@ -43,7 +43,7 @@ SCORES = ("dot", "general", "concat")
 
 
 # --8<-- [start:tensor_checks]
-def _check_ints(minimum: int, **values: object) -> None:
+def _check_sizes(minimum: int, **values: object) -> None:
     """Refuse a size or a count that is not an int >= minimum."""
     for name, value in values.items():
         if not isinstance(value, int) or value < minimum:
@@ -103,7 +103,7 @@ class LuongAttention(nn.Module):
 
     def __init__(self, d_model: int, score: str = "general", *, window=None) -> None:
         super().__init__()
-        _check_ints(1, d_model=d_model, window=1 if window is None else window)
+        _check_sizes(1, d_model=d_model, window=1 if window is None else window)
         if score not in SCORES:
             raise ValueError(f"score must be one of {', '.join(SCORES)}, got {score!r}")
         self.d_model, self.score, self.window = d_model, score, window

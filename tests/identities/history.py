@@ -191,3 +191,83 @@ def luong_local_equals_equations():
     window = mask[:, None] & (distance.abs() <= r)
     align = _softmax_where(torch.einsum("btd,bsd->bts", q, k), window)
     return att(q, k, key_mask=mask)[1], align * torch.exp(-distance**2 / (2 * (r / 2) ** 2))
+
+
+# ----------------------------------------------------------------------------
+# GPT
+# ----------------------------------------------------------------------------
+
+GPT_PAGE = "history/gpt.md"
+
+
+def _gpt(norm_first: bool = False, activation: str = "gelu"):
+    from snippets.architecture.block import TransformerBlock
+    from snippets.attention.multi_head import MultiHeadAttention
+    from snippets.history import gpt
+
+    def make_block(c):
+        attention = MultiHeadAttention(c.d_model, c.n_heads)
+        return TransformerBlock(attention, c.d_model, c.d_ff, activation=activation,
+                                norm_first=c.norm_first, layer_norm_eps=c.layer_norm_eps)
+
+    config = gpt.GPTConfig(vocab_size=13, d_model=8, n_layers=2, n_heads=2, d_ff=32, max_len=10,
+                           dropout=0.0, norm_first=norm_first)
+    return gpt, gpt.GPT(config, make_block).to(F64).eval()
+
+
+@identity("gpt1-equals-transformers",
+          "GPT in GPT-1's post-norm layout equals transformers' OpenAIGPTLMHeadModel with the weights "
+          "copied (ReLU in both: transformers maps GPT-1's \"gelu\" to its tanh approximation)",
+          page=GPT_PAGE, tol=1e-10, needs=("transformers",))
+def gpt1_equals_transformers():
+    from transformers import OpenAIGPTConfig, OpenAIGPTLMHeadModel
+
+    _, model = _gpt(activation="relu")
+    hf = OpenAIGPTLMHeadModel(OpenAIGPTConfig(
+        vocab_size=13, n_positions=10, n_embd=8, n_layer=2, n_head=2, afn="relu",
+        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, layer_norm_epsilon=1e-5)).to(F64).eval()
+    state = {"token.weight": hf.transformer.tokens_embed.weight,
+             "position.weight": hf.transformer.positions_embed.weight}
+    parts = {"attention.in_proj": "attn.c_attn", "attention.out_proj": "attn.c_proj",
+             "linear1": "mlp.c_fc", "linear2": "mlp.c_proj", "norm1": "ln_1", "norm2": "ln_2"}
+    for i, block in enumerate(hf.transformer.h):
+        for ours, theirs in parts.items():
+            module = block.get_submodule(theirs)
+            weight = module.weight if ours.startswith("norm") else module.weight.T  # Conv1D: (in, out)
+            state[f"layers.{i}.{ours}.weight"], state[f"layers.{i}.{ours}.bias"] = weight, module.bias
+    state["lm_head.weight"] = state["token.weight"]
+    model.load_state_dict(state)
+    ids = torch.randint(13, (2, 7))
+    return model(ids), hf(input_ids=ids).logits
+
+
+@identity("gpt-prefix-logits",
+          "GPT's logits for the first k tokens of a sequence equal the first k rows of its logits for the "
+          "whole sequence (causality: what a KV cache relies on)",
+          page=GPT_PAGE, tol=1e-12)
+def gpt_prefix_logits():
+    _, model = _gpt(norm_first=True)
+    ids = torch.randint(13, (2, 9))
+    return model(ids[:, :5]), model(ids)[:, :5]
+
+
+@identity("gpt-loss-equals-equation",
+          "next_token_loss equals -1/(B(N-1)) sum_i log softmax(logits_i)[t_{i+1}], written out",
+          page=GPT_PAGE, tol=1e-12)
+def gpt_loss_equals_equation():
+    gpt, _ = _gpt()
+    logits, ids = torch.randn(3, 6, 13, dtype=F64), torch.randint(13, (3, 6))
+    log_p = logits.log_softmax(-1)[:, :-1].gather(-1, ids[:, 1:, None])  # (B, N - 1, 1)
+    return gpt.next_token_loss(logits, ids), -log_p.mean()
+
+
+@identity("gpt-greedy-equals-argmax-loop",
+          "Greedy generate equals a loop that appends the argmax of the full model's last logits",
+          page=GPT_PAGE, tol=0.0)
+def gpt_greedy_equals_argmax_loop():
+    gpt, model = _gpt(norm_first=True)
+    ids = torch.randint(13, (2, 3))
+    want = ids
+    for _ in range(5):
+        want = torch.cat([want, model(want)[:, -1].argmax(-1, keepdim=True)], 1)
+    return gpt.generate(model, ids, 5), want
