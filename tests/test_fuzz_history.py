@@ -154,14 +154,13 @@ def _(s):
     kw = _bert_inputs(s)
     del kw["key_mask"]
     specs = {k: v for k, v in BERT_INPUT.items() if k != "key_mask"}
-    return _module_calls(bert_mod.BertEmbeddings, {"config": _bert_config(s)}, {"config": Bad(3, None, "config")},
+    return _module_calls(bert_mod.BertEmbeddings, {"config": _bert_config(s)}, {},
                          lambda mod, **kw: mod(kw.pop("input_ids"), **kw), kw, specs)
 
 
 @fuzz("history.bert.BertModel")
 def _(s):
-    return _module_calls(bert_mod.BertModel, {"config": _bert_config(s), "make_block": _bert_block},
-                         {"config": Bad(3, None), "make_block": Bad(3, None)},
+    return _module_calls(bert_mod.BertModel, {"config": _bert_config(s), "make_block": _bert_block}, {},
                          lambda mod, **kw: mod(kw.pop("input_ids"), **kw), _bert_inputs(s), BERT_INPUT)
 
 
@@ -170,14 +169,14 @@ def _(s):
     c = _bert_config(s)
     emb = nn.Embedding(c.vocab_size, c.d_model)
     return _module_calls(bert_mod.MlmHead, {"config": c, "token_embedding": emb},
-                         {"config": Bad(3, None), "token_embedding": Bad(3, None, nn.Embedding(3, c.d_model))},
+                         {"token_embedding": Bad(3, None, nn.Embedding(3, c.d_model))},
                          lambda mod, hidden: mod(hidden), {"hidden": r(s.b, s.n, c.d_model)}, {"hidden": X_ONLY})
 
 
 @fuzz("history.bert.BertForMaskedLM")
 def _(s):
     return _module_calls(bert_mod.BertForMaskedLM, {"bert": bert_mod.BertModel(_bert_config(s), _bert_block)},
-                         {"bert": NOT_A_MODULE}, lambda mod, **kw: mod(kw.pop("input_ids"), **kw),
+                         {}, lambda mod, **kw: mod(kw.pop("input_ids"), **kw),
                          _bert_inputs(s), BERT_INPUT)
 
 
@@ -185,7 +184,7 @@ def _(s):
 def _(s):
     return _module_calls(bert_mod.BertClassifier,
                          {"bert": bert_mod.BertModel(_bert_config(s), _bert_block), "n_classes": 3},
-                         {"bert": NOT_A_MODULE, "n_classes": Bad(1, 2.5, "3")},
+                         {"n_classes": Bad(1, 2.5, "3")},
                          lambda mod, **kw: mod(kw.pop("input_ids"), **kw), _bert_inputs(s), BERT_INPUT)
 
 
