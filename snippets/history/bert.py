@@ -107,6 +107,12 @@ def _check_special(special, vocab_size: int | None = None) -> None:
                          f"got {vocab_size}")
 
 
+def _check_special_ids(t) -> None:
+    _check_sizes(0, pad=t.pad, cls=t.cls, sep=t.sep, mask=t.mask)
+    if len(set(t.ids)) != 4:
+        raise ValueError(f"pad, cls, sep and mask must differ, got {t}")
+
+
 def _check_steps(name: str, steps) -> None:
     if not isinstance(steps, (tuple, list)) or not steps or not all(
         isinstance(s, int) for s in steps
@@ -140,9 +146,7 @@ class SpecialTokens:
     mask: int = 3  # stands in for a token the model must predict
 
     def __post_init__(self) -> None:
-        _check_sizes(0, pad=self.pad, cls=self.cls, sep=self.sep, mask=self.mask)
-        if len(set(self.ids)) != 4:
-            raise ValueError(f"pad, cls, sep and mask must differ, got {self}")
+        _check_special_ids(self)
 
     @property
     def ids(self) -> tuple[int, int, int, int]:

@@ -271,3 +271,77 @@ def gpt_greedy_equals_argmax_loop():
     for _ in range(5):
         want = torch.cat([want, model(want)[:, -1].argmax(-1, keepdim=True)], 1)
     return gpt.generate(model, ids, 5), want
+
+
+# ----------------------------------------------------------------------------
+# BERT
+# ----------------------------------------------------------------------------
+
+BERT_PAGE = "history/bert.md"
+
+
+def _bert_pair(hf_class_name: str, wrapper: str | None = None):
+    """A random transformers BERT in float64 and ours with its weights copied in."""
+    import transformers
+
+    from snippets.architecture.block import TransformerBlock
+    from snippets.attention.multi_head import MultiHeadAttention
+    from snippets.history import bert
+
+    def make_block(c):
+        attention = MultiHeadAttention(c.d_model, c.n_heads, dropout=c.dropout)
+        return TransformerBlock(attention, c.d_model, c.d_ff, dropout=c.dropout, activation="gelu",
+                                norm_first=False, layer_norm_eps=c.layer_norm_eps)
+
+    config = transformers.BertConfig(vocab_size=40, hidden_size=16, num_hidden_layers=2,
+                                     num_attention_heads=4, intermediate_size=32,
+                                     max_position_embeddings=12, type_vocab_size=2, pad_token_id=0)
+    kwargs = {"add_pooling_layer": False} if hf_class_name == "BertModel" else {}
+    theirs = getattr(transformers, hf_class_name)(config, **kwargs).to(F64).eval()
+    with torch.no_grad():  # random weights away from the initialisation
+        for name, p in theirs.named_parameters():
+            p.normal_(mean=1.0 if "LayerNorm.weight" in name else 0.0, std=0.3)
+    special = bert.SpecialTokens(pad=0, cls=1, sep=2, mask=3)
+    ours = bert.BertModel(bert.BertConfig.from_transformers(config, special=special), make_block)
+    if wrapper is not None:
+        ours = getattr(bert, wrapper)(ours)
+    ours.load_state_dict(bert.state_dict_from_transformers(theirs.state_dict()), strict=True)
+    ids = torch.tensor([[1, 5, 6, 2, 7, 8, 2, 0], [1, 9, 10, 11, 2, 0, 0, 0]])
+    segments = torch.tensor([[0, 0, 0, 0, 1, 1, 1, 0], [0, 0, 0, 0, 0, 0, 0, 0]])
+    return ours.to(F64).eval(), theirs, ids, segments
+
+
+@identity("bert-equals-transformers",
+          "BertModel (the guide's post-norm blocks) equals transformers' BertModel with the weights copied, "
+          "on the real tokens of a padded batch of sentence pairs",
+          page=BERT_PAGE, tol=1e-10, needs=("transformers",))
+def bert_equals_transformers():
+    ours, theirs, ids, segments = _bert_pair("BertModel")
+    real = ids != 0
+    mine = ours(ids, segment_ids=segments, key_mask=real)
+    hf = theirs(input_ids=ids, token_type_ids=segments, attention_mask=real.long()).last_hidden_state
+    return mine[real], hf[real]
+
+
+@identity("bert-mlm-equals-transformers",
+          "BertForMaskedLM's logits (tied MLM head) equal transformers' BertForMaskedLM with the weights copied",
+          page=BERT_PAGE, tol=1e-10, needs=("transformers",))
+def bert_mlm_equals_transformers():
+    ours, theirs, ids, segments = _bert_pair("BertForMaskedLM", "BertForMaskedLM")
+    real = ids != 0
+    mine = ours(ids, segment_ids=segments, key_mask=real)
+    hf = theirs(input_ids=ids, token_type_ids=segments, attention_mask=real.long()).logits
+    return mine[real], hf[real]
+
+
+@identity("bert-loss-equals-equation",
+          "mlm_loss equals -1/|M| sum over the selected positions of log softmax(logits_i)[t_i], written out",
+          page=BERT_PAGE, tol=1e-12)
+def bert_loss_equals_equation():
+    from snippets.history import bert
+
+    logits, ids = torch.randn(2, 8, 30, dtype=F64), torch.randint(4, 30, (2, 8))
+    _, labels = bert.mask_tokens(ids, 30, select_prob=0.5, generator=torch.Generator().manual_seed(0))
+    selected = labels != bert.IGNORE_INDEX
+    log_p = logits.log_softmax(-1)[selected].gather(-1, labels[selected][:, None])
+    return bert.mlm_loss(logits, labels), -log_p.mean()
