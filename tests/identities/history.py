@@ -305,10 +305,11 @@ def _bert_pair(hf_class_name: str, wrapper: str | None = None):
     ours = bert.BertModel(bert.BertConfig.from_transformers(config, special=special), make_block)
     if wrapper is not None:
         ours = getattr(bert, wrapper)(ours)
+    ours = ours.to(F64)  # before loading, so the float64 weights arrive whole
     ours.load_state_dict(bert.state_dict_from_transformers(theirs.state_dict()), strict=True)
     ids = torch.tensor([[1, 5, 6, 2, 7, 8, 2, 0], [1, 9, 10, 11, 2, 0, 0, 0]])
     segments = torch.tensor([[0, 0, 0, 0, 1, 1, 1, 0], [0, 0, 0, 0, 0, 0, 0, 0]])
-    return ours.to(F64).eval(), theirs, ids, segments
+    return ours.eval(), theirs, ids, segments
 
 
 @identity("bert-equals-transformers",
