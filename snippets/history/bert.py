@@ -51,9 +51,8 @@ def _check_sizes(minimum: int, **values: object) -> None:
 def _check_tensor(name, t, shape, like: torch.Tensor, dtypes=None) -> None:
     """Refuse t unless it has this shape (None = any size), dtype and like's device."""
     got = tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
-    if not isinstance(got, tuple) or len(got) != len(shape) or any(
-        s not in (None, n) for s, n in zip(shape, got)
-    ):
+    wrong_rank = not isinstance(got, tuple) or len(got) != len(shape)
+    if wrong_rank or any(s not in (None, n) for s, n in zip(shape, got)):
         want = ", ".join("*" if s is None else str(s) for s in shape)
         raise ValueError(f"{name} must have shape ({want}) (* = any), got {got}")
     kind = like.device.type  # under autocast the module's dtype may differ
@@ -317,9 +316,9 @@ class MlmHead(nn.Module):
 
     def _check_tied(self, config, token_embedding) -> None:
         want = (config.vocab_size, config.d_model)
-        is_embedding = isinstance(token_embedding, nn.Embedding)
-        got = tuple(token_embedding.weight.shape) if is_embedding else token_embedding
-        if got != want:
+        weight = getattr(token_embedding, "weight", None)
+        got = getattr(weight, "shape", token_embedding)
+        if not isinstance(token_embedding, nn.Embedding) or got != want:
             raise TypeError(f"token_embedding must be an Embedding {want}, got {got}")
 # --8<-- [end:mlm_face]
 
@@ -389,8 +388,8 @@ def mlm_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     _check_tensor("labels", labels, shape, logits, dtypes)
     known = (labels == IGNORE_INDEX) | ((labels >= 0) & (labels < logits.shape[-1]))
     if not bool(known.all()):
-        raise ValueError(f"labels must be ids in [0, {logits.shape[-1]}) or "
-                         f"{IGNORE_INDEX}, got {labels[~known].unique().tolist()}")
+        bad = labels[~known].unique().tolist()
+        raise ValueError(f"labels must be ids in [0, V) or {IGNORE_INDEX}, got {bad}")
     return masked_cross_entropy(logits, labels)
 # --8<-- [end:loss_face]
 
@@ -536,12 +535,6 @@ def state_dict_from_transformers(hf_state: Mapping[str, torch.Tensor]) -> dict:
         A dict to pass to ``load_state_dict`` of ``BertModel``,
         ``BertForMaskedLM`` or ``BertClassifier``.
     """
-    if not isinstance(hf_state, Mapping):
-        got = type(hf_state).__name__
-        raise TypeError(f"hf_state must be a mapping of names to tensors, got {got}")
-    for key in hf_state:
-        if not isinstance(key, str):
-            raise TypeError(f"hf_state must have str keys, got {key!r}")
     out: dict[str, torch.Tensor] = {}
     qkv: dict[tuple[str, str, str], dict[str, torch.Tensor]] = {}
     for key, value in hf_state.items():
@@ -559,11 +552,8 @@ def state_dict_from_transformers(hf_state: Mapping[str, torch.Tensor]) -> dict:
                 out[new.replace("bert.pooler.", "pooler.")] = value
                 break
         else:
-            raise ValueError(
-                f"hf_state has a key this function cannot place: {key!r} (it "
-                "reads transformers' BertModel, BertForMaskedLM and "
-                "BertForSequenceClassification; got this one)"
-            )
+            raise ValueError(f"hf_state has a key this function cannot place: {key!r} "
+                             "(it reads transformers' BERT classes; got this one)")
     for (prefix, layer, kind), parts in qkv.items():
         # rows [0, D) make q, [D, 2D) make k, [2D, 3D) make v, as in the fused in_proj
         out[f"{prefix}layers.{layer}.attention.in_proj.{kind}"] = torch.cat(
@@ -668,21 +658,14 @@ def train_tiny_bert(
     Returns:
         A ``TinyBertResult`` with the trained models and held-out metrics.
     """
-    if not callable(make_block):
-        raise TypeError(f"make_block must be callable, got {type(make_block).__name__}")
-    if config is not None and not isinstance(config, BertConfig):
-        raise TypeError(f"config must be a BertConfig or None, got {config!r}")
     _check_sizes(1, length=length, n_tokens=n_tokens, batch_size=batch_size)
     _check_sizes(0, steps=steps, finetune_steps=finetune_steps, seed=seed)
     _check_steps("count_steps", count_steps)
     _check_number("lr", lr, 0.0, low_ok=False)
     room = None if config is None else config.vocab_size - 1 - max(config.special.ids)
     if config is not None and (length + 2 > config.max_len or n_tokens > room):
-        raise ValueError(
-            f"length + 2 must fit config.max_len={config.max_len} and n_tokens the ids "
-            f"above the special ones (vocab_size={config.vocab_size}), got "
-            f"length={length}, n_tokens={n_tokens}"
-        )
+        raise ValueError(f"length + 2 and n_tokens must fit {config}, got length="
+                         f"{length}, n_tokens={n_tokens}")
     torch.manual_seed(seed)
     g = torch.Generator().manual_seed(seed)
     n_special = len(SpecialTokens().ids)

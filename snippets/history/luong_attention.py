@@ -53,9 +53,8 @@ def _check_sizes(minimum: int, **values: object) -> None:
 def _check_tensor(name, t, shape, like: torch.Tensor, dtypes=None) -> None:
     """Refuse t unless it has this shape (None = any size), dtype and like's device."""
     got = tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
-    if not isinstance(got, tuple) or len(got) != len(shape) or any(
-        s not in (None, n) for s, n in zip(shape, got)
-    ):
+    wrong_rank = not isinstance(got, tuple) or len(got) != len(shape)
+    if wrong_rank or any(s not in (None, n) for s, n in zip(shape, got)):
         want = ", ".join("*" if s is None else str(s) for s in shape)
         raise ValueError(f"{name} must have shape ({want}) (* = any), got {got}")
     kind = like.device.type  # under autocast the module's dtype may differ
