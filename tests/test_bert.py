@@ -288,16 +288,12 @@ def test_exercise_bert_base_parameters():
 @pytest.mark.parametrize(
     "make, error, match",
     [
-        (lambda: BertConfig(vocab_size=0), ValueError, "vocab_size must be a positive int, got 0"),
-        (lambda: BertConfig(d_model=10, n_heads=4), ValueError, "d_model must be divisible by n_heads, got d_model=10 and n_heads=4"),
-        (lambda: BertConfig(vocab_size=3), ValueError, r"special token ids must lie in \[0, vocab_size=3\)"),
-        (lambda: BertModel("config", make_block), TypeError, "config must be a BertConfig, got str"),
-        (lambda: BertModel(CONFIG, 3), TypeError, "make_block must be callable, got int"),
-        (lambda: BertForMaskedLM(torch.nn.Linear(2, 2)), TypeError, "bert must be a BertModel, got Linear"),
-        (lambda: BertClassifier(torch.nn.Linear(2, 2), 2), TypeError, "bert must be a BertModel, got Linear"),
+        (lambda: BertConfig(vocab_size=0), ValueError, "vocab_size must be an int >= 1, got 0"),
+        (lambda: BertConfig(d_model=10, n_heads=4), ValueError, "d_model must divide by n_heads=4, got 10"),
+        (lambda: BertConfig(vocab_size=3), ValueError, r"vocab_size must exceed every special id \(0, 1, 2, 3\), got 3"),
         (lambda: BertClassifier(model().bert, 1), ValueError, "n_classes must be an int >= 2, got 1"),
         (lambda: BertConfig.from_transformers(SimpleNamespace(hidden_act="gelu_new")), ValueError,
-         "config.hidden_act must be 'gelu'.*got 'gelu_new'"),
+         "config.hidden_act must be 'gelu' \\(exact\\), got 'gelu_new'"),
         (lambda: state_dict_from_transformers({"cls.seq_relationship.weight": torch.zeros(2)}), ValueError,
          "hf_state has a key this function cannot place: 'cls.seq_relationship.weight'"),
     ],
@@ -311,25 +307,25 @@ def test_forward_and_masking_errors():
     m = model()
     ids, segments, _ = batch()
     emb = m.bert.embeddings
-    with pytest.raises(TypeError, match="input_ids must be an int64 or int32 tensor of token ids, got torch.float32"):
+    with pytest.raises(TypeError, match=r"input_ids must have dtype \(torch.int64, torch.int32\), got torch.float32"):
         emb(ids.float())
-    with pytest.raises(TypeError, match="input_ids must be an int64 or int32 tensor of token ids, got list"):
+    with pytest.raises(ValueError, match=r"input_ids must have shape \(\*, \*\) \(\* = any\), got list"):
         emb([1, 2])
-    with pytest.raises(ValueError, match=r"input_ids must have shape \(B, N\), got \(8,\)"):
+    with pytest.raises(ValueError, match=r"input_ids must have shape \(\*, \*\) \(\* = any\), got \(8,\)"):
         emb(ids[0])
-    with pytest.raises(ValueError, match="input_ids must have length N <= max_len = 12, got N = 13"):
+    with pytest.raises(ValueError, match="input_ids must have N <= max_len=12, got N = 13"):
         emb(torch.ones(1, 13, dtype=torch.long))
-    with pytest.raises(ValueError, match=r"segment_ids must be \(B, N\) = \(2, 8\) with values in \[0, 2\), got shape \(2, 8\)"):
+    with pytest.raises(ValueError, match=r"segment_ids must lie in \[0, 2\), got ids from 1 to 2"):
         emb(ids, segments + 1)
-    with pytest.raises(ValueError, match=r"segment_ids must be .* got shape \(2, 7\)"):
+    with pytest.raises(ValueError, match=r"segment_ids must have shape \(2, 8\) .*got \(2, 7\)"):
         emb(ids, segments[:, :7])
-    with pytest.raises(ValueError, match=r"select_prob must be a float in \(0, 1\], got 0"):
+    with pytest.raises(ValueError, match=r"select_prob must be in \(0, 1\], got 0"):
         mask_tokens(ids, 30, select_prob=0)
-    with pytest.raises(ValueError, match="vocab_size must leave at least one non-special token, got 4"):
+    with pytest.raises(ValueError, match="vocab_size must be an int >= 5, got 4"):
         mask_tokens(ids.clamp(max=3), 4)
-    with pytest.raises(ValueError, match=r"input_ids must lie in \[0, vocab_size=10\)"):
+    with pytest.raises(ValueError, match=r"input_ids must lie in \[0, 10\)"):
         mask_tokens(ids, 10)
-    with pytest.raises(ValueError, match=r"logits must be \(B, N, V\) and labels \(B, N\), got logits \(2, 8, 30\) and labels \(2, 7\)"):
+    with pytest.raises(ValueError, match=r"labels must have shape \(2, 8\) .*got \(2, 7\)"):
         mlm_loss(torch.zeros(2, 8, 30), torch.zeros(2, 7, dtype=torch.long))
 
 
@@ -355,33 +351,31 @@ def test_config_embedding_head_and_loss_errors():
     ids, segments, keys = batch()
     cases = [
         (lambda: SpecialTokens(pad=-1), ValueError, r"pad must be an int >= 0, got -1"),
-        (lambda: SpecialTokens(mask=0), ValueError, r"pad, cls, sep and mask must be four different ids, got SpecialTokens"),
-        (lambda: BertConfig(dropout=1.5), ValueError, r"dropout must be a float in \[0, 1\), got 1.5"),
-        (lambda: BertConfig(layer_norm_eps="1e-12"), ValueError, r"layer_norm_eps must be a finite float > 0, got '1e-12'"),
-        (lambda: BertConfig(special=(0, 1, 2, 3)), TypeError, r"special must be a SpecialTokens, got tuple"),
-        (lambda: BertEmbeddings("config"), TypeError, r"config must be a BertConfig, got str"),
-        (lambda: MlmHead(None, m.bert.embeddings.token), TypeError, r"config must be a BertConfig, got NoneType"),
+        (lambda: SpecialTokens(mask=0), ValueError, r"pad, cls, sep and mask must differ, got SpecialTokens"),
+        (lambda: BertConfig(dropout=1.5), ValueError, r"dropout must be in \[0.0, 1.0\), got 1.5"),
+        (lambda: BertConfig(layer_norm_eps=0.0), ValueError, r"layer_norm_eps must be in \(0.0, inf\), got 0.0"),
+        (lambda: BertConfig(special=(0, 1, 2, 3)), TypeError, r"special must be a SpecialTokens, got \(0, 1, 2, 3\)"),
         (lambda: MlmHead(CONFIG, torch.nn.Embedding(3, 16)), TypeError,
-         r"token_embedding must be an nn.Embedding of shape \(V, D\) = \(30, 16\), got \(3, 16\)"),
-        (lambda: m.mlm(torch.randn(2, 8)), ValueError, r"hidden must have shape \(B, N, D\) with D = 16, got \(2, 8\)"),
+         r"token_embedding must be an Embedding \(30, 16\), got torch.Size\(\[3, 16\]\)"),
+        (lambda: m.mlm(torch.randn(2, 8)), ValueError, r"hidden must have shape \(\*, \*, 16\) .*got \(2, 8\)"),
         (lambda: m.mlm(torch.randn(2, 8, 16, device="meta")), ValueError,
-         r"hidden must be on the module's device cpu, got meta"),
+         r"hidden must be on cpu, got meta"),
         (lambda: m.mlm(torch.randn(2, 8, 16, dtype=torch.float64)), TypeError,
-         r"hidden must have the module's dtype torch.float32, got torch.float64"),
-        (lambda: m(ids + 30), ValueError, r"input_ids must lie in \[0, vocab_size=30\), got ids from 30 to 41"),
-        (lambda: m(ids.to("meta")), ValueError, r"input_ids must be on the model's device cpu, got meta"),
+         r"hidden must have dtype torch.float32, got torch.float64"),
+        (lambda: m(ids + 30), ValueError, r"input_ids must lie in \[0, 30\), got ids from 30 to 41"),
+        (lambda: m(ids.to("meta")), ValueError, r"input_ids must be on cpu, got meta"),
         (lambda: m(ids, segment_ids=segments.float()), TypeError,
-         r"segment_ids must be an int64 or int32 tensor of token ids, got torch.float32"),
-        (lambda: m(ids, segment_ids=segments.to("meta")), ValueError, r"segment_ids must be on the model's device cpu, got meta"),
-        (lambda: m(ids, key_mask=keys.long()), TypeError, r"key_mask must be a torch.bool tensor \(True = real token\), got torch.int64"),
+         r"segment_ids must have dtype \(torch.int64, torch.int32\), got torch.float32"),
+        (lambda: m(ids, segment_ids=segments.to("meta")), ValueError, r"segment_ids must be on cpu, got meta"),
+        (lambda: m(ids, key_mask=keys.long()), TypeError, r"key_mask must have dtype \(torch.bool,\), got torch.int64"),
         (lambda: m(ids, key_mask=keys[:, :5]), ValueError,
-         r"key_mask must have input_ids' shape \(2, 8\) and device cpu, got \(2, 5\) on cpu"),
-        (lambda: mlm_loss(torch.zeros(2, 8, 30, dtype=torch.long), ids), TypeError,
-         r"logits must be a floating tensor \(B, N, V\), got torch.int64"),
-        (lambda: mlm_loss(torch.zeros(2, 8, 30), ids.float()), TypeError, r"labels must be an int64 or int32 tensor, got torch.float32"),
-        (lambda: mlm_loss(torch.zeros(2, 8, 30), ids.to("meta")), ValueError, r"labels must be on logits' device cpu, got meta"),
+         r"key_mask must have shape \(2, 8\) .*got \(2, 5\)"),
+        (lambda: mlm_loss(torch.zeros(2, 8, 30, dtype=torch.long), ids), ValueError,
+         r"logits must be a floating \(B, N, V\) tensor, got \(torch.int64"),
+        (lambda: mlm_loss(torch.zeros(2, 8, 30), ids.float()), TypeError, r"labels must have dtype \(torch.int64, torch.int32\), got torch.float32"),
+        (lambda: mlm_loss(torch.zeros(2, 8, 30), ids.to("meta")), ValueError, r"labels must be on cpu, got meta"),
         (lambda: mlm_loss(torch.zeros(2, 8, 30), ids + 25), ValueError,
-         r"labels must be token ids in \[0, V=30\) or IGNORE_INDEX=-100, got \[30, 31"),
+         r"labels must be ids in \[0, V\) or -100, got \[30, 31"),
     ]
     for make, error, match in cases:
         with pytest.raises(error, match=match):
@@ -393,21 +387,14 @@ def test_corpus_masking_loading_and_training_errors():
 
     ids, _, _ = batch()
     cases = [
-        (lambda: mask_tokens(ids, 3), ValueError, r"vocab_size must exceed every special token id \(0, 1, 2, 3\), got 3"),
-        (lambda: mask_tokens(ids, "30"), ValueError, r"vocab_size must be an int >= 1, got '30'"),
-        (lambda: mask_tokens(ids, 30, special=(0, 1, 2, 3)), TypeError, r"special must be a SpecialTokens, got tuple"),
-        (lambda: mask_tokens(ids, 30, select_prob="0.5"), ValueError, r"select_prob must be a float in \(0, 1\], got '0.5'"),
-        (lambda: mask_tokens(ids, 30, generator=0), TypeError, r"generator must be a torch.Generator or None, got int"),
-        (lambda: state_dict_from_transformers([("a", 1)]), TypeError, r"hf_state must be a mapping of names to tensors, got list"),
-        (lambda: state_dict_from_transformers({3: torch.zeros(1)}), TypeError, r"hf_state must have str keys, got 3"),
+        (lambda: mask_tokens(ids, 3), ValueError, r"vocab_size must be an int >= 5, got 3"),
+        (lambda: mask_tokens(ids, 30, special=(0, 1, 2, 3)), TypeError, r"special must be a SpecialTokens, got \(0, 1, 2, 3\)"),
+        (lambda: mask_tokens(ids, 30, generator=0), TypeError, r"generator must be a torch.Generator, got 0"),
         (lambda: counting_corpus(0, 4, 8, (1,)), ValueError, r"n_sequences must be an int >= 1, got 0"),
         (lambda: counting_corpus(2, 4, 8, ()), ValueError, r"steps must be a non-empty tuple of ints, got \(\)"),
-        (lambda: train_tiny_bert(3), TypeError, r"make_block must be callable, got int"),
-        (lambda: train_tiny_bert(make_block, config="config"), TypeError, r"config must be a BertConfig or None, got str"),
         (lambda: train_tiny_bert(make_block, count_steps=[2.5]), ValueError, r"count_steps must be a non-empty tuple of ints, got \[2.5\]"),
         (lambda: train_tiny_bert(make_block, config=CONFIG, length=11), ValueError,
-         r"length \+ 2 must fit config.max_len=12 and n_tokens the ids above the special ones \(vocab_size=30\), "
-         r"got length=11, n_tokens=16"),
+         r"length \+ 2 and n_tokens must fit BertConfig.*got length=11, n_tokens=16"),
     ]
     for make, error, match in cases:
         with pytest.raises(error, match=match):

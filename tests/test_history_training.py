@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from snippets.history.additive import BahdanauSeq2Seq, accuracy_by_length, train_toy_translation
+from snippets.history.additive_attention import BahdanauSeq2Seq, accuracy_by_length, train_toy_translation
 
 CONFIG = dict(steps=60, batch_size=32, min_len=2, max_len=6, lr=1e-2, seed=0)
 

@@ -1,4 +1,4 @@
-"""Tests for snippets/history/luong.py (Luong, Pham and Manning 2015, arXiv:1508.04025).
+"""Tests for snippets/history/luong_attention.py (Luong, Pham and Manning 2015, arXiv:1508.04025).
 
 The oracle is the paper's equations (5) to (10) written out here, one query and
 one source position at a time.
@@ -14,10 +14,10 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from snippets.history.luong import SCORES, LuongAttention
+from snippets.history.luong_attention import SCORES, LuongAttention
 
 ROOT = Path(__file__).resolve().parents[1]
-SNIPPET = ROOT / "snippets" / "history" / "luong.py"
+SNIPPET = ROOT / "snippets" / "history" / "luong_attention.py"
 
 
 def _score(att: LuongAttention, h_t, hs):
@@ -192,27 +192,27 @@ def test_gradcheck_float64(score, window):
 
 
 def test_validation_messages():
-    with pytest.raises(ValueError, match=r"d_model must be a positive int, got 0"):
+    with pytest.raises(ValueError, match=r"d_model must be an int >= 1, got 0"):
         LuongAttention(0)
     with pytest.raises(ValueError, match=r"score must be one of dot, general, concat, got 'cosine'"):
         LuongAttention(4, "cosine")
-    with pytest.raises(ValueError, match=r"window must be a positive int \(the half-width R\) or None, got 0"):
+    with pytest.raises(ValueError, match=r"window must be an int >= 1, got 0"):
         LuongAttention(4, window=0)
     att = LuongAttention(4)
     q, k = torch.randn(2, 1, 4), torch.randn(2, 3, 4)
-    with pytest.raises(ValueError, match=r"query must be a 3-D tensor \(B, length, D\), got \(1, 4\)"):
+    with pytest.raises(ValueError, match=r"query must have shape \(\*, \*, 4\) \(\* = any\), got \(1, 4\)"):
         att(torch.randn(1, 4), k)
-    with pytest.raises(ValueError, match=r"keys must be a 3-D tensor \(B, length, D\), got str"):
+    with pytest.raises(ValueError, match=r"keys must have shape \(2, \*, 4\) .*got str"):
         att(q, "keys")
-    with pytest.raises(ValueError, match=r"keys must have width d_model=4, got 5"):
+    with pytest.raises(ValueError, match=r"keys must have shape \(2, \*, 4\) .*got \(2, 3, 5\)"):
         att(q, torch.randn(2, 3, 5))
-    with pytest.raises(ValueError, match=r"query and keys must share the batch size B, got 2 and 1"):
+    with pytest.raises(ValueError, match=r"keys must have shape \(2, \*, 4\) .*got \(1, 3, 4\)"):
         att(q, torch.randn(1, 3, 4))
-    with pytest.raises(TypeError, match=r"key_mask must be a torch.Tensor or None, got list"):
+    with pytest.raises(ValueError, match=r"key_mask must have shape \(2, 3\) .*got list"):
         att(q, k, key_mask=[True])
-    with pytest.raises(TypeError, match=r"key_mask must be torch.bool \(True = real key\), got torch.float32"):
+    with pytest.raises(TypeError, match=r"key_mask must have dtype \(torch.bool,\), got torch.float32"):
         att(q, k, key_mask=torch.ones(2, 3))
-    with pytest.raises(ValueError, match=r"key_mask must have shape \(B, M\) = \(2, 3\), got \(3,\)"):
+    with pytest.raises(ValueError, match=r"key_mask must have shape \(2, 3\) \(\* = any\), got \(3,\)"):
         att(q, k, key_mask=torch.ones(3, dtype=torch.bool))
 
 
@@ -223,9 +223,11 @@ def _section(path: Path, name: str) -> str:
     return found.group(1)
 
 
-def test_repeated_key_mask_helper_is_identical():
-    additive = ROOT / "snippets" / "history" / "additive.py"
-    assert _section(SNIPPET, "check_key_mask") == _section(additive, "check_key_mask")
+def test_repeated_helpers_are_identical():
+    """Both files carry the same tensor checks and the canonical masked softmax."""
+    additive = ROOT / "snippets" / "history" / "additive_attention.py"
+    for name in ("tensor_checks", "masked_softmax"):
+        assert _section(SNIPPET, name) == _section(additive, name)
 
 
 
@@ -273,11 +275,11 @@ def test_errors_for_dtypes_and_devices(score):
     torch.manual_seed(0)
     m = LuongAttention(4, score, window=1)
     query, keys = torch.randn(2, 1, 4), torch.randn(2, 3, 4)
-    with pytest.raises(TypeError, match=r"query must have the module's dtype torch.float32, got torch.int64"):
+    with pytest.raises(TypeError, match=r"query must have dtype torch.float32, got torch.int64"):
         m(query.long(), keys)
-    with pytest.raises(TypeError, match=r"keys must have the module's dtype torch.float32, got torch.float64"):
+    with pytest.raises(TypeError, match=r"keys must have dtype torch.float32, got torch.float64"):
         m(query, keys.double())
-    with pytest.raises(ValueError, match=r"keys must be on the module's device cpu, got meta"):
+    with pytest.raises(ValueError, match=r"keys must be on cpu, got meta"):
         m(query, keys.to("meta"))
-    with pytest.raises(ValueError, match=r"key_mask must be on the device of the inputs cpu, got meta"):
+    with pytest.raises(ValueError, match=r"key_mask must be on cpu, got meta"):
         m(query, keys, key_mask=torch.ones(2, 3, dtype=torch.bool, device="meta"))

@@ -88,11 +88,11 @@ SMOKE: dict[str, tuple[str, str]] = {
         "x = torch.randn(1, 3, 4); result = tuple(m.scaled_dot_product_attention(x, x, x, is_causal=True)[1].shape)",
         "(1, 3, 3)",
     ),
-    "history/additive.py": (
+    "history/additive_attention.py": (
         "a = m.AdditiveAttention(2, 3, 4); result = tuple(a(torch.zeros(1, 1, 2), torch.zeros(1, 2, 3))[1].shape)",
         "(1, 1, 2)",
     ),
-    "history/luong.py": (
+    "history/luong_attention.py": (
         "a = m.LuongAttention(2, 'concat', window=1); result = tuple(a(torch.zeros(1, 1, 2), torch.zeros(1, 3, 2))[1].shape)",
         "(1, 1, 3)",
     ),

@@ -27,7 +27,7 @@ import matplotlib.pyplot as plt
 import torch
 
 from _plotting import attention_heatmap
-from snippets.history.additive import (
+from snippets.history.additive_attention import (
     EOS,
     BahdanauSeq2Seq,
     accuracy_by_length,
@@ -49,7 +49,7 @@ def make_model(use_attention: bool) -> BahdanauSeq2Seq:
 # %% [markdown]
 # ## Training
 #
-# `train_toy_translation` (from `snippets/history/additive.py`, shown on the
+# `train_toy_translation` (from `snippets/history/additive_attention.py`, shown on the
 # [page](../history/additive-attention.md#check-it)) draws the batches from a
 # seeded generator, so both models see the same sentences in the same order.
 

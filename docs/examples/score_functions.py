@@ -20,8 +20,8 @@ import matplotlib.pyplot as plt
 import torch
 
 from snippets.foundations.scaled_dot_product import scaled_dot_product_attention
-from snippets.history.additive import AdditiveAttention
-from snippets.history.luong import LuongAttention
+from snippets.history.additive_attention import AdditiveAttention
+from snippets.history.luong_attention import LuongAttention
 
 torch.manual_seed(0)
 torch.set_num_threads(1)  # small matrices: one thread is faster on a shared CPU

@@ -8,9 +8,9 @@ import re
 import torch
 from matplotlib.patches import Rectangle
 
-from snippets.history.additive import AdditiveAttention
+from snippets.history.additive_attention import AdditiveAttention
 from snippets.history.bert import SpecialTokens, mask_tokens
-from snippets.history.luong import LuongAttention
+from snippets.history.luong_attention import LuongAttention
 
 TIMELINE = pathlib.Path(__file__).resolve().parents[1] / "history" / "timeline.md"
 

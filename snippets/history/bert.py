@@ -21,6 +21,7 @@ This file needs only torch and the standard library: copy it into a project.
 from __future__ import annotations
 
 import copy
+import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -32,86 +33,127 @@ from torch import nn
 __all__ = [
     "SpecialTokens", "BertConfig", "BertEmbeddings", "BertModel", "MlmHead",
     "BertForMaskedLM", "BertClassifier", "mask_tokens", "mlm_loss",
-    "state_dict_from_transformers", "counting_corpus", "train_tiny_bert", "IGNORE_INDEX",
+    "state_dict_from_transformers", "counting_corpus", "train_tiny_bert",
+    "IGNORE_INDEX",
 ]
 
 IGNORE_INDEX = -100  # label of a position the loss skips (F.cross_entropy's default)
 
 
-# --8<-- [start:validate]
-def _check_ints(minimum: int, **values: object) -> None:
+# --8<-- [start:tensor_checks]
+def _check_sizes(minimum: int, **values: object) -> None:
+    """Refuse a size or a count that is not an int >= minimum."""
     for name, value in values.items():
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        if not isinstance(value, int) or value < minimum:
             raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
 
 
-def _check_dropout(name: str, p: float) -> None:
-    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p < 1.0:
-        raise ValueError(f"{name} must be a float in [0, 1), got {p!r}")
+def _check_tensor(name, t, shape, like: torch.Tensor, dtypes=None) -> None:
+    """Refuse t unless it has this shape (None = any size), dtype and like's device."""
+    got = tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
+    wrong_rank = not isinstance(got, tuple) or len(got) != len(shape)
+    if wrong_rank or any(s not in (None, n) for s, n in zip(shape, got)):
+        want = ", ".join("*" if s is None else str(s) for s in shape)
+        raise ValueError(f"{name} must have shape ({want}) (* = any), got {got}")
+    kind = like.device.type  # under autocast the module's dtype may differ
+    cast = torch.amp.is_autocast_available(kind) and torch.is_autocast_enabled(kind)
+    if t.dtype not in (dtypes or (like.dtype,)) and not (dtypes is None and cast):
+        raise TypeError(f"{name} must have dtype {dtypes or like.dtype}, got {t.dtype}")
+    if t.device != like.device:
+        raise ValueError(f"{name} must be on {like.device}, got {t.device}")
 
 
-def _check_positive_float(name: str, value: float) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
-        raise ValueError(f"{name} must be a finite float > 0, got {value!r}")
+def _check_number(name: str, value, low: float, high=math.inf, *, low_ok=True) -> None:
+    """Refuse a number outside [low, high) (or (low, high) when low_ok is False)."""
+    ok = isinstance(value, (int, float)) and (low <= value if low_ok else low < value)
+    if not ok or not value < high:
+        bracket = "[" if low_ok else "("
+        raise ValueError(f"{name} must be in {bracket}{low}, {high}), got {value!r}")
 
 
-def _check_generator(generator: object) -> None:
+def _check_generator(generator) -> None:
     if generator is not None and not isinstance(generator, torch.Generator):
-        raise TypeError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
+        raise TypeError(f"generator must be a torch.Generator, got {generator!r}")
 
 
-def _check_like_module(name: str, t: torch.Tensor, weight: torch.Tensor) -> None:
-    """Raise unless t has the device (and, outside autocast, the dtype) of the module's weight."""
-    if t.device != weight.device:
-        raise ValueError(f"{name} must be on the module's device {weight.device}, got {t.device}")
-    autocast = torch.amp.is_autocast_available(t.device.type) and torch.is_autocast_enabled(t.device.type)
-    if t.dtype != weight.dtype and not autocast:
-        raise TypeError(f"{name} must have the module's dtype {weight.dtype}, got {t.dtype}")
+def _check_token_ids(name, ids, vocab_size: int, like, shape=(None, None)) -> None:
+    """Refuse anything but a (B, N) integer tensor of ids in [0, vocab_size)."""
+    _check_tensor(name, ids, shape, like, (torch.int64, torch.int32))
+    if bool(((ids < 0) | (ids >= vocab_size)).any()):
+        raise ValueError(f"{name} must lie in [0, {vocab_size}), got "
+                         f"ids from {int(ids.min())} to {int(ids.max())}")
+# --8<-- [end:tensor_checks]
 
 
-def _check_ids(
-    name: str, ids: object, vocab_size: int | None = None, device: torch.device | None = None
-) -> tuple[int, int]:
-    """Raise unless ``ids`` is a (B, N) integer tensor of ids in [0, vocab_size); return (B, N)."""
-    if not isinstance(ids, torch.Tensor) or ids.dtype not in (torch.int64, torch.int32):
-        got = ids.dtype if isinstance(ids, torch.Tensor) else type(ids).__name__
-        raise TypeError(f"{name} must be an int64 or int32 tensor of token ids, got {got}")
-    if ids.dim() != 2:
-        raise ValueError(f"{name} must have shape (B, N), got {tuple(ids.shape)}")
-    if device is not None and ids.device != device:
-        raise ValueError(f"{name} must be on the model's device {device}, got {ids.device}")
-    if vocab_size is not None and bool(((ids < 0) | (ids >= vocab_size)).any()):  # one sync
-        raise ValueError(
-            f"{name} must lie in [0, vocab_size={vocab_size}), "
-            f"got ids from {int(ids.min())} to {int(ids.max())}"
-        )
-    return ids.shape[0], ids.shape[1]
-# --8<-- [end:validate]
+# --8<-- [start:checks]
+def _check_bert_config(c) -> None:
+    """Refuse sizes that are not positive ints, D not divisible by H, bad specials."""
+    names = ("vocab_size", "d_model", "n_layers", "n_heads", "d_ff", "max_len")
+    names += ("n_segments",)
+    _check_sizes(1, **{name: getattr(c, name) for name in names})
+    if c.d_model % c.n_heads:
+        raise ValueError(f"d_model must divide by n_heads={c.n_heads}, got {c.d_model}")
+    _check_number("dropout", c.dropout, 0.0, 1.0)
+    _check_number("layer_norm_eps", c.layer_norm_eps, 0.0, low_ok=False)
+    _check_special(c.special, c.vocab_size)
 
 
-# --8<-- [start:config]
+def _check_special(special, vocab_size: int | None = None) -> None:
+    if not isinstance(special, SpecialTokens):
+        raise TypeError(f"special must be a SpecialTokens, got {special!r}")
+    if vocab_size is not None and max(special.ids) >= vocab_size:
+        raise ValueError(f"vocab_size must exceed every special id {special.ids}, "
+                         f"got {vocab_size}")
+
+
+def _check_special_ids(t) -> None:
+    _check_sizes(0, pad=t.pad, cls=t.cls, sep=t.sep, mask=t.mask)
+    if len(set(t.ids)) != 4:
+        raise ValueError(f"pad, cls, sep and mask must differ, got {t}")
+
+
+def _check_steps(name: str, steps) -> None:
+    if not isinstance(steps, (tuple, list)) or not steps or not all(
+        isinstance(s, int) for s in steps
+    ):
+        raise ValueError(f"{name} must be a non-empty tuple of ints, got {steps!r}")
+
+
+def _check_bert_inputs(config, input_ids, segment_ids, key_mask, like) -> None:
+    """Refuse ids outside the vocabulary, N > max_len, bad segments or key_mask."""
+    _check_token_ids("input_ids", input_ids, config.vocab_size, like)
+    b, n = input_ids.shape
+    if n > config.max_len:
+        n_max = config.max_len
+        raise ValueError(f"input_ids must have N <= max_len={n_max}, got N = {n}")
+    if segment_ids is not None:
+        _check_token_ids("segment_ids", segment_ids, config.n_segments, like, (b, n))
+    if key_mask is not None:
+        _check_tensor("key_mask", key_mask, (b, n), input_ids, (torch.bool,))
+# --8<-- [end:checks]
+
+
+# --8<-- [start:special]
 @dataclass(frozen=True)
 class SpecialTokens:
-    """Ids of BERT's four special tokens (defaults for a small toy vocabulary).
+    """Ids of BERT's four special tokens (defaults for a small toy vocabulary)."""
 
-    ``bert-base-uncased`` uses ``SpecialTokens(pad=0, cls=101, sep=102, mask=103)``.
-    """
-
+    # bert-base-uncased: SpecialTokens(pad=0, cls=101, sep=102, mask=103)
     pad: int = 0  # fills sequences up to the batch length; never attended to
     cls: int = 1  # first token; its final state summarises the sequence
     sep: int = 2  # ends each segment
     mask: int = 3  # stands in for a token the model must predict
 
     def __post_init__(self) -> None:
-        _check_ints(0, pad=self.pad, cls=self.cls, sep=self.sep, mask=self.mask)
-        if len(set(self.ids)) != 4:
-            raise ValueError(f"pad, cls, sep and mask must be four different ids, got {self}")
+        _check_special_ids(self)
 
     @property
     def ids(self) -> tuple[int, int, int, int]:
         return (self.pad, self.cls, self.sep, self.mask)
+# --8<-- [end:special]
 
 
+# --8<-- [start:config]
 @dataclass(frozen=True)
 class BertConfig:
     """Sizes of a BERT model. The defaults are BERT-base (110M parameters)."""
@@ -124,32 +166,17 @@ class BertConfig:
     max_len: int = 512  # learned positions exist only up to here
     n_segments: int = 2  # sentence A and sentence B
     dropout: float = 0.1
-    layer_norm_eps: float = 1e-12
+    layer_norm_eps: float = 1e-12  # not PyTorch's 1e-5
     special: SpecialTokens = field(default_factory=SpecialTokens)
 
     def __post_init__(self) -> None:
-        for name in ("vocab_size", "d_model", "n_layers", "n_heads", "d_ff", "max_len", "n_segments"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
-        if self.d_model % self.n_heads != 0:
-            raise ValueError(
-                f"d_model must be divisible by n_heads, got d_model={self.d_model} "
-                f"and n_heads={self.n_heads}"
-            )
-        _check_dropout("dropout", self.dropout)
-        _check_positive_float("layer_norm_eps", self.layer_norm_eps)
-        if not isinstance(self.special, SpecialTokens):
-            raise TypeError(f"special must be a SpecialTokens, got {type(self.special).__name__}")
-        if not all(0 <= i < self.vocab_size for i in self.special.ids):
-            raise ValueError(
-                f"special token ids must lie in [0, vocab_size={self.vocab_size}), "
-                f"got {self.special}"
-            )
+        _check_bert_config(self)
+# --8<-- [end:config]
 
+    # --8<-- [start:config_face]
     @classmethod
     def from_transformers(
-        cls, config, *, special: SpecialTokens = SpecialTokens(pad=0, cls=101, sep=102, mask=103)
+        cls, config, *, special: SpecialTokens = SpecialTokens(0, 101, 102, 103)
     ) -> "BertConfig":
         """Read the sizes of a ``transformers.BertConfig`` (duck-typed: no import).
 
@@ -157,12 +184,13 @@ class BertConfig:
             config: the ``transformers`` configuration.
             special: the tokenizer's special ids (the default is the one of
                 ``bert-base-uncased`` and ``bert-base-cased``).
+
+        Returns:
+            A ``BertConfig`` with the same sizes.
         """
-        if getattr(config, "hidden_act", None) != "gelu":
-            raise ValueError(
-                f"config.hidden_act must be 'gelu' (exact GELU, as in these blocks), "
-                f"got {getattr(config, 'hidden_act', None)!r}"
-            )
+        act = getattr(config, "hidden_act", None)
+        if act != "gelu":
+            raise ValueError(f"config.hidden_act must be 'gelu' (exact), got {act!r}")
         return cls(
             vocab_size=config.vocab_size, d_model=config.hidden_size,
             n_layers=config.num_hidden_layers, n_heads=config.num_attention_heads,
@@ -170,10 +198,10 @@ class BertConfig:
             n_segments=config.type_vocab_size, dropout=config.hidden_dropout_prob,
             layer_norm_eps=config.layer_norm_eps, special=special,
         )
-# --8<-- [end:config]
+    # --8<-- [end:config_face]
 
 
-# --8<-- [start:embeddings]
+# --8<-- [start:embeddings_face]
 class BertEmbeddings(nn.Module):
     """Token + learned position + segment embeddings, then LayerNorm and dropout.
 
@@ -181,74 +209,35 @@ class BertEmbeddings(nn.Module):
         config: the model sizes.
 
     Shape:
-        ``input_ids`` ``(B, N)`` (and ``segment_ids`` ``(B, N)``) -> ``(B, N, D)``.
+        ``input_ids`` ``(B, N)`` (and ``segment_ids`` ``(B, N)``, 0 for
+        sentence A and 1 for sentence B; None = all A) -> ``(B, N, D)``.
     """
+# --8<-- [end:embeddings_face]
 
+    # --8<-- [start:embeddings]
     def __init__(self, config: BertConfig) -> None:
         super().__init__()
-        if not isinstance(config, BertConfig):
-            raise TypeError(f"config must be a BertConfig, got {type(config).__name__}")
-        self.max_len = config.max_len
-        self.n_segments = config.n_segments
+        d, self.config = config.d_model, config
         # padding_idx keeps the [PAD] vector at zero and out of the gradient.
-        self.token = nn.Embedding(config.vocab_size, config.d_model, padding_idx=config.special.pad)
-        self.position = nn.Embedding(config.max_len, config.d_model)  # learned, not sinusoidal
-        self.segment = nn.Embedding(config.n_segments, config.d_model)  # sentence A = 0, B = 1
-        self.norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+        self.token = nn.Embedding(config.vocab_size, d, padding_idx=config.special.pad)
+        self.position = nn.Embedding(config.max_len, d)  # learned, not sinusoidal
+        self.segment = nn.Embedding(config.n_segments, d)  # sentence A = 0, B = 1
+        self.norm = nn.LayerNorm(d, eps=config.layer_norm_eps)
         self.dropout = nn.Dropout(config.dropout)
 
-    def forward(self, input_ids: torch.Tensor, segment_ids: torch.Tensor | None = None) -> torch.Tensor:
-        B, N = _check_ids("input_ids", input_ids, self.token.num_embeddings, self.token.weight.device)
-        if N > self.max_len:
-            raise ValueError(f"input_ids must have length N <= max_len = {self.max_len}, got N = {N}")
-        _check_segments(segment_ids, (B, N), self.n_segments, input_ids.device)
+    def forward(self, input_ids, segment_ids=None) -> torch.Tensor:
+        """x_i = Dropout(LN(E_tok[t_i] + E_pos[i] + E_seg[s_i])), (B, N, D)."""
+        w = self.token.weight
+        _check_bert_inputs(self.config, input_ids, segment_ids, None, w)
         if segment_ids is None:
             segment_ids = torch.zeros_like(input_ids)  # one segment: all sentence A
-        positions = torch.arange(N, device=input_ids.device)  # (N,)
-        x = self.token(input_ids) + self.position(positions) + self.segment(segment_ids)  # (B, N, D)
+        positions = torch.arange(input_ids.shape[1], device=input_ids.device)  # (N,)
+        x = self.token(input_ids) + self.position(positions) + self.segment(segment_ids)
         return self.dropout(self.norm(x))  # (B, N, D)
-# --8<-- [end:embeddings]
+    # --8<-- [end:embeddings]
 
 
-def _check_bert_key_mask(key_mask: object, b: int, n: int, device: torch.device) -> None:
-    if key_mask is None:
-        return
-    if not isinstance(key_mask, torch.Tensor) or key_mask.dtype != torch.bool:
-        got = key_mask.dtype if isinstance(key_mask, torch.Tensor) else type(key_mask).__name__
-        raise TypeError(f"key_mask must be a torch.bool tensor (True = real token), got {got}")
-    if tuple(key_mask.shape) != (b, n) or key_mask.device != device:
-        raise ValueError(
-            f"key_mask must have input_ids' shape ({b}, {n}) and device {device}, "
-            f"got {tuple(key_mask.shape)} on {key_mask.device}"
-        )
-
-
-def _check_segments(
-    segment_ids: object, shape: tuple[int, int], n_segments: int, device: torch.device
-) -> None:
-    """Raise unless segment_ids is None or a (B, N) integer tensor of values in [0, n_segments)."""
-    if segment_ids is None:
-        return
-    _check_ids("segment_ids", segment_ids, device=device)
-    if tuple(segment_ids.shape) != shape or segment_ids.numel() and not (
-        0 <= segment_ids.min() and segment_ids.max() < n_segments
-    ):
-        raise ValueError(
-            f"segment_ids must be (B, N) = {shape} with values in [0, {n_segments}), "
-            f"got shape {tuple(segment_ids.shape)}"
-        )
-
-
-def _check_special(special: object, vocab_size: int | None = None) -> None:
-    if not isinstance(special, SpecialTokens):
-        raise TypeError(f"special must be a SpecialTokens, got {type(special).__name__}")
-    if vocab_size is not None and max(special.ids) >= vocab_size:
-        raise ValueError(
-            f"vocab_size must exceed every special token id {special.ids}, got {vocab_size}"
-        )
-
-
-# --8<-- [start:model]
+# --8<-- [start:model_face]
 class BertModel(nn.Module):
     """Embeddings, then ``n_layers`` post-norm blocks attending in both directions.
 
@@ -257,41 +246,32 @@ class BertModel(nn.Module):
         make_block: ``make_block(config)`` returns one encoder block, post-norm
             with GELU as in BERT, called as ``block(x, key_mask=key_mask)``.
 
+    Forward args:
+        input_ids: ``(B, N)`` token ids.
+        segment_ids: ``(B, N)``, 0 for sentence A and 1 for sentence B.
+        key_mask: ``(B, N)`` boolean, True = real token. None means every
+            token that is not [PAD].
+
+    Returns:
+        Hidden states ``(B, N, D)``.
+
     Shape:
         ``input_ids`` ``(B, N)`` -> hidden states ``(B, N, D)``.
     """
+# --8<-- [end:model_face]
 
-    def __init__(self, config: BertConfig, make_block: Callable[[BertConfig], nn.Module]) -> None:
+    # --8<-- [start:model]
+    def __init__(self, config: BertConfig, make_block: Callable) -> None:
         super().__init__()
-        if not isinstance(config, BertConfig):
-            raise TypeError(f"config must be a BertConfig, got {type(config).__name__}")
-        if not callable(make_block):
-            raise TypeError(f"make_block must be callable, got {type(make_block).__name__}")
         self.config = config
         self.embeddings = BertEmbeddings(config)
         self.layers = nn.ModuleList(make_block(config) for _ in range(config.n_layers))
         self.apply(_init_bert_weights)
 
-    def forward(
-        self,
-        input_ids: torch.Tensor,
-        *,
-        segment_ids: torch.Tensor | None = None,
-        key_mask: torch.Tensor | None = None,
-    ) -> torch.Tensor:
-        """Encode a batch of token ids.
-
-        Args:
-            input_ids: ``(B, N)`` token ids.
-            segment_ids: ``(B, N)``, 0 for sentence A and 1 for sentence B.
-            key_mask: ``(B, N)`` boolean, True = real token. None means every
-                token that is not [PAD].
-
-        Returns:
-            ``(B, N, D)``.
-        """
-        B, N = _check_ids("input_ids", input_ids)
-        _check_bert_key_mask(key_mask, B, N, input_ids.device)
+    def forward(self, input_ids, *, segment_ids=None, key_mask=None) -> torch.Tensor:
+        """H = L post-norm blocks over the embeddings, padding the only mask."""
+        w = self.embeddings.token.weight
+        _check_bert_inputs(self.config, input_ids, segment_ids, key_mask, w)
         if key_mask is None:
             key_mask = input_ids != self.config.special.pad  # (B, N)
         x = self.embeddings(input_ids, segment_ids)  # (B, N) -> (B, N, D)
@@ -299,9 +279,10 @@ class BertModel(nn.Module):
             # No causal mask: every token sees the whole sentence, left and right.
             x = layer(x, key_mask=key_mask)  # (B, N, D)
         return x
-# --8<-- [end:model]
+    # --8<-- [end:model]
 
 
+# --8<-- [start:init_weights]
 def _init_bert_weights(module: nn.Module) -> None:
     """BERT's initialisation: normal(0, 0.02) weights, zero biases, unit norms."""
     if isinstance(module, (nn.Linear, nn.Embedding)):
@@ -314,9 +295,10 @@ def _init_bert_weights(module: nn.Module) -> None:
     elif isinstance(module, nn.LayerNorm):
         nn.init.ones_(module.weight)
         nn.init.zeros_(module.bias)
+# --8<-- [end:init_weights]
 
 
-# --8<-- [start:mlm_head]
+# --8<-- [start:mlm_face]
 class MlmHead(nn.Module):
     """Dense + GELU + LayerNorm, then scores against every token embedding.
 
@@ -332,57 +314,61 @@ class MlmHead(nn.Module):
         ``(B, N, D)`` -> logits ``(B, N, V)``.
     """
 
+    def _check_tied(self, config, token_embedding) -> None:
+        want = (config.vocab_size, config.d_model)
+        weight = getattr(token_embedding, "weight", None)
+        got = getattr(weight, "shape", token_embedding)
+        if not isinstance(token_embedding, nn.Embedding) or got != want:
+            raise TypeError(f"token_embedding must be an Embedding {want}, got {got}")
+# --8<-- [end:mlm_face]
+
+    # --8<-- [start:mlm_head]
     def __init__(self, config: BertConfig, token_embedding: nn.Embedding) -> None:
         super().__init__()
-        if not isinstance(config, BertConfig):
-            raise TypeError(f"config must be a BertConfig, got {type(config).__name__}")
-        want = (config.vocab_size, config.d_model)
-        if not isinstance(token_embedding, nn.Embedding) or tuple(token_embedding.weight.shape) != want:
-            got = (
-                tuple(token_embedding.weight.shape)
-                if isinstance(token_embedding, nn.Embedding) else type(token_embedding).__name__
-            )
-            raise TypeError(f"token_embedding must be an nn.Embedding of shape (V, D) = {want}, got {got}")
-        self.transform = nn.Linear(config.d_model, config.d_model)
-        self.norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
-        self.decoder = nn.Linear(config.d_model, config.vocab_size)
-        self.decoder.weight = token_embedding.weight  # tied: the same Parameter, not a copy
+        self._check_tied(config, token_embedding)
+        d = config.d_model
+        self.transform = nn.Linear(d, d)  # W_t, b_t
+        self.norm = nn.LayerNorm(d, eps=config.layer_norm_eps)
+        self.decoder = nn.Linear(d, config.vocab_size)  # b_V is its bias
+        self.decoder.weight = token_embedding.weight  # tied: the same Parameter
         nn.init.normal_(self.transform.weight, std=0.02)
         nn.init.zeros_(self.transform.bias)
         nn.init.zeros_(self.decoder.bias)
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        d_model = self.transform.in_features
-        if not isinstance(hidden, torch.Tensor) or hidden.dim() != 3 or hidden.shape[-1] != d_model:
-            got = tuple(hidden.shape) if isinstance(hidden, torch.Tensor) else type(hidden).__name__
-            raise ValueError(f"hidden must have shape (B, N, D) with D = {d_model}, got {got}")
-        _check_like_module("hidden", hidden, self.transform.weight)
+        """logits_i = LN(GELU(h_i W_t + b_t)) E_tok^T + b_V, (B, N, V)."""
+        w = self.transform.weight
+        _check_tensor("hidden", hidden, (None, None, w.shape[1]), w)
         h = self.norm(F.gelu(self.transform(hidden)))  # (B, N, D) -> (B, N, D)
         return self.decoder(h)  # (B, N, D) @ (D, V) -> (B, N, V)
+    # --8<-- [end:mlm_head]
 
 
+# --8<-- [start:mlm_model]
 class BertForMaskedLM(nn.Module):
-    """A BERT encoder with its masked-language-model head.
-
-    Args:
-        bert: a ``BertModel``.
-
-    Shape:
-        ``input_ids`` ``(B, N)`` -> logits ``(B, N, V)``.
-    """
+    """A BERT encoder with its masked-language-model head: ids (B, N) -> (B, N, V)."""
 
     def __init__(self, bert: BertModel) -> None:
         super().__init__()
-        if not isinstance(bert, BertModel):
-            raise TypeError(f"bert must be a BertModel, got {type(bert).__name__}")
         self.bert = bert
         self.mlm = MlmHead(bert.config, bert.embeddings.token)
 
     def forward(self, input_ids, *, segment_ids=None, key_mask=None) -> torch.Tensor:
-        hidden = self.bert(input_ids, segment_ids=segment_ids, key_mask=key_mask)  # (B, N, D)
-        return self.mlm(hidden)  # (B, N, V)
+        hidden = self.bert(input_ids, segment_ids=segment_ids, key_mask=key_mask)
+        return self.mlm(hidden)  # (B, N, D) -> (B, N, V)
+# --8<-- [end:mlm_model]
 
 
+# --8<-- [start:loss]
+def masked_cross_entropy(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """L_MLM: the mean of -log softmax(logits_i)[t_i] over the selected positions."""
+    # (B N, V) against (B N,); IGNORE_INDEX marks the positions that do not count
+    logits, labels = logits.flatten(0, 1), labels.flatten()
+    return F.cross_entropy(logits, labels, ignore_index=IGNORE_INDEX)
+# --8<-- [end:loss]
+
+
+# --8<-- [start:loss_face]
 def mlm_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     """Cross-entropy over the selected positions only (labels != IGNORE_INDEX).
 
@@ -394,30 +380,42 @@ def mlm_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     Returns:
         The mean loss over the selected positions, a scalar.
     """
-    if not isinstance(logits, torch.Tensor) or not logits.is_floating_point():
-        got = logits.dtype if isinstance(logits, torch.Tensor) else type(logits).__name__
-        raise TypeError(f"logits must be a floating tensor (B, N, V), got {got}")
-    if not isinstance(labels, torch.Tensor) or labels.dtype not in (torch.int64, torch.int32):
-        got = labels.dtype if isinstance(labels, torch.Tensor) else type(labels).__name__
-        raise TypeError(f"labels must be an int64 or int32 tensor, got {got}")
-    if logits.dim() != 3 or tuple(labels.shape) != tuple(logits.shape[:2]):
-        raise ValueError(
-            f"logits must be (B, N, V) and labels (B, N), got logits {tuple(logits.shape)} "
-            f"and labels {tuple(labels.shape)}"
-        )
-    if labels.device != logits.device:
-        raise ValueError(f"labels must be on logits' device {logits.device}, got {labels.device}")
+    is_tensor = isinstance(logits, torch.Tensor)
+    got = (logits.dtype, tuple(logits.shape)) if is_tensor else type(logits).__name__
+    if not is_tensor or not logits.is_floating_point() or logits.dim() != 3:
+        raise ValueError(f"logits must be a floating (B, N, V) tensor, got {got}")
+    shape, dtypes = tuple(logits.shape[:2]), (torch.int64, torch.int32)
+    _check_tensor("labels", labels, shape, logits, dtypes)
     known = (labels == IGNORE_INDEX) | ((labels >= 0) & (labels < logits.shape[-1]))
     if not bool(known.all()):
-        raise ValueError(
-            f"labels must be token ids in [0, V={logits.shape[-1]}) or IGNORE_INDEX={IGNORE_INDEX}, "
-            f"got {labels[~known].unique().tolist()}"
-        )
-    return F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=IGNORE_INDEX)  # (B*N, V) vs (B*N,)
-# --8<-- [end:mlm_head]
+        bad = labels[~known].unique().tolist()
+        raise ValueError(f"labels must be ids in [0, V) or {IGNORE_INDEX}, got {bad}")
+    return masked_cross_entropy(logits, labels)
+# --8<-- [end:loss_face]
 
 
 # --8<-- [start:masking]
+def corrupt(input_ids, regular, mask_id: int, select_prob: float, generator=None):
+    """Select regular tokens with select_prob; 80% -> [MASK], 10% random, 10% kept."""
+    on, device = (generator or input_ids).device, input_ids.device  # draw where g is
+    shape, candidates = input_ids.shape, regular.nonzero().squeeze(1)  # regular ids
+
+    def uniform() -> torch.Tensor:  # (B, N) draws in [0, 1)
+        return torch.rand(shape, generator=generator, device=on).to(device)
+
+    selected = regular[input_ids] & (uniform() < select_prob)  # never a special token
+    action = uniform()  # one draw decides between [MASK], random and unchanged
+    to_mask = selected & (action < 0.8)
+    to_random = selected & (action >= 0.8) & (action < 0.9)  # the last 10% stay
+    pick = torch.randint(len(candidates), shape, generator=generator, device=on)
+    corrupted = input_ids.masked_fill(to_mask, mask_id)
+    corrupted = torch.where(to_random, candidates[pick.to(device)], corrupted)
+    labels = input_ids.masked_fill(~selected, IGNORE_INDEX)  # only selected count
+    return corrupted, labels
+# --8<-- [end:masking]
+
+
+# --8<-- [start:masking_face]
 def mask_tokens(
     input_ids: torch.Tensor,
     vocab_size: int,
@@ -444,40 +442,19 @@ def mask_tokens(
         ``(corrupted, labels)``, both ``(B, N)``: the model's input, and the
         original token at each selected position (``IGNORE_INDEX`` elsewhere).
     """
-    _check_ids("input_ids", input_ids)
-    _check_ints(1, vocab_size=vocab_size)
+    _check_sizes(5, vocab_size=vocab_size)  # four special ids and one regular
     _check_special(special, vocab_size)
+    _check_token_ids("input_ids", input_ids, vocab_size, input_ids)
+    if not isinstance(select_prob, (int, float)) or not 0.0 < select_prob <= 1.0:
+        raise ValueError(f"select_prob must be in (0, 1], got {select_prob!r}")
     _check_generator(generator)
-    if isinstance(select_prob, bool) or not isinstance(select_prob, (int, float)) or not 0.0 < select_prob <= 1.0:
-        raise ValueError(f"select_prob must be a float in (0, 1], got {select_prob!r}")
     regular = torch.ones(vocab_size, dtype=torch.bool, device=input_ids.device)
     regular[list(special.ids)] = False
-    candidates = regular.nonzero().squeeze(1)  # ids a random swap may use
-    if candidates.numel() == 0:
-        raise ValueError(f"vocab_size must leave at least one non-special token, got {vocab_size}")
-    if input_ids.numel() and (input_ids.min() < 0 or input_ids.max() >= vocab_size):
-        raise ValueError(f"input_ids must lie in [0, vocab_size={vocab_size}), got ids outside it")
-
-    draw_on = generator.device if generator is not None else input_ids.device  # where the generator lives
-
-    def uniform() -> torch.Tensor:
-        return torch.rand(input_ids.shape, generator=generator, device=draw_on).to(input_ids.device)  # (B, N)
-
-    maskable = regular[input_ids]  # (B, N): False on special tokens
-    selected = maskable & (uniform() < select_prob)  # (B, N)
-    action = uniform()  # one draw decides between [MASK], random and unchanged
-    to_mask = selected & (action < 0.8)
-    to_random = selected & (action >= 0.8) & (action < 0.9)  # the remaining 10% stay unchanged
-    random_ids = candidates[torch.randint(len(candidates), input_ids.shape, generator=generator, device=draw_on).to(input_ids.device)]
-
-    corrupted = input_ids.masked_fill(to_mask, special.mask)
-    corrupted = torch.where(to_random, random_ids, corrupted)
-    labels = input_ids.masked_fill(~selected, IGNORE_INDEX)  # the loss sees selected positions only
-    return corrupted, labels
-# --8<-- [end:masking]
+    return corrupt(input_ids, regular, special.mask, select_prob, generator)
+# --8<-- [end:masking_face]
 
 
-# --8<-- [start:classifier]
+# --8<-- [start:classifier_face]
 class BertClassifier(nn.Module):
     """A sentence classifier on the final state of [CLS].
 
@@ -491,38 +468,38 @@ class BertClassifier(nn.Module):
     Shape:
         ``input_ids`` ``(B, N)`` -> logits ``(B, n_classes)``.
     """
+# --8<-- [end:classifier_face]
 
+    # --8<-- [start:classifier]
     def __init__(self, bert: BertModel, n_classes: int) -> None:
         super().__init__()
-        if not isinstance(bert, BertModel):
-            raise TypeError(f"bert must be a BertModel, got {type(bert).__name__}")
-        if isinstance(n_classes, bool) or not isinstance(n_classes, int) or n_classes < 2:
-            raise ValueError(f"n_classes must be an int >= 2, got {n_classes!r}")
+        _check_sizes(2, n_classes=n_classes)
         d_model = bert.config.d_model
         self.bert = bert
-        self.pooler = nn.Linear(d_model, d_model)
+        self.pooler = nn.Linear(d_model, d_model)  # W_p, b_p
         self.dropout = nn.Dropout(bert.config.dropout)
-        self.classifier = nn.Linear(d_model, n_classes)
+        self.classifier = nn.Linear(d_model, n_classes)  # W_c, b_c
         for linear in (self.pooler, self.classifier):
             nn.init.normal_(linear.weight, std=0.02)
             nn.init.zeros_(linear.bias)
 
     def pool(self, hidden: torch.Tensor) -> torch.Tensor:
-        return torch.tanh(self.pooler(hidden[:, 0]))  # [CLS] is position 0: (B, N, D) -> (B, D)
+        return torch.tanh(self.pooler(hidden[:, 0]))  # [CLS] is position 0: (B, D)
 
     def forward(self, input_ids, *, segment_ids=None, key_mask=None) -> torch.Tensor:
-        hidden = self.bert(input_ids, segment_ids=segment_ids, key_mask=key_mask)  # (B, N, D)
-        return self.classifier(self.dropout(self.pool(hidden)))  # (B, D) -> (B, n_classes)
-# --8<-- [end:classifier]
+        hidden = self.bert(input_ids, segment_ids=segment_ids, key_mask=key_mask)
+        return self.classifier(self.dropout(self.pool(hidden)))  # (B, n_classes)
+    # --8<-- [end:classifier]
 
 
-# --8<-- [start:loading]
+# --8<-- [start:renames]
 _RENAMES = [  # (pattern in a transformers checkpoint, name in this file's modules)
     (r"embeddings\.word_embeddings\.", "embeddings.token."),
     (r"embeddings\.position_embeddings\.", "embeddings.position."),
     (r"embeddings\.token_type_embeddings\.", "embeddings.segment."),
     (r"embeddings\.LayerNorm\.", "embeddings.norm."),
-    (r"encoder\.layer\.(\d+)\.attention\.output\.dense\.", r"layers.\1.attention.out_proj."),
+    (r"encoder\.layer\.(\d+)\.attention\.output\.dense\.",
+     r"layers.\1.attention.out_proj."),
     (r"encoder\.layer\.(\d+)\.attention\.output\.LayerNorm\.", r"layers.\1.norm1."),
     (r"encoder\.layer\.(\d+)\.intermediate\.dense\.", r"layers.\1.linear1."),
     (r"encoder\.layer\.(\d+)\.output\.dense\.", r"layers.\1.linear2."),
@@ -534,10 +511,16 @@ _RENAMES = [  # (pattern in a transformers checkpoint, name in this file's modul
     (r"cls\.predictions\.bias", "mlm.decoder.bias"),
     (r"classifier\.", "classifier."),
 ]
-_QKV = re.compile(r"(.*)encoder\.layer\.(\d+)\.attention\.self\.(query|key|value)\.(weight|bias)")
+# --8<-- [end:renames]
 
 
-def state_dict_from_transformers(hf_state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+# --8<-- [start:loading]
+_QKV = re.compile(
+    r"(.*)encoder\.layer\.(\d+)\.attention\.self\.(query|key|value)\.(weight|bias)"
+)
+
+
+def state_dict_from_transformers(hf_state: Mapping[str, torch.Tensor]) -> dict:
     """Rename a ``transformers`` BERT state dict to this file's module names.
 
     Works for the state dicts of ``BertModel`` (without its pooler),
@@ -552,11 +535,6 @@ def state_dict_from_transformers(hf_state: Mapping[str, torch.Tensor]) -> dict[s
         A dict to pass to ``load_state_dict`` of ``BertModel``,
         ``BertForMaskedLM`` or ``BertClassifier``.
     """
-    if not isinstance(hf_state, Mapping):
-        raise TypeError(f"hf_state must be a mapping of names to tensors, got {type(hf_state).__name__}")
-    for key in hf_state:
-        if not isinstance(key, str):
-            raise TypeError(f"hf_state must have str keys, got {key!r}")
     out: dict[str, torch.Tensor] = {}
     qkv: dict[tuple[str, str, str], dict[str, torch.Tensor]] = {}
     for key, value in hf_state.items():
@@ -570,14 +548,12 @@ def state_dict_from_transformers(hf_state: Mapping[str, torch.Tensor]) -> dict[s
         for pattern, repl in _RENAMES:
             new, hits = re.subn(pattern, repl, key, count=1)
             if hits:
-                # "bert.pooler" belongs to the classifier: it sits beside bert, not in it.
+                # "bert.pooler" belongs to the classifier, beside bert, not in it.
                 out[new.replace("bert.pooler.", "pooler.")] = value
                 break
         else:
-            raise ValueError(
-                f"hf_state has a key this function cannot place: {key!r} (it reads the keys of "
-                "transformers' BertModel, BertForMaskedLM and BertForSequenceClassification; got this one)"
-            )
+            raise ValueError(f"hf_state has a key this function cannot place: {key!r} "
+                             "(it reads transformers' BERT classes; got this one)")
     for (prefix, layer, kind), parts in qkv.items():
         # rows [0, D) make q, [D, 2D) make k, [2D, 3D) make v, as in the fused in_proj
         out[f"{prefix}layers.{layer}.attention.in_proj.{kind}"] = torch.cat(
@@ -590,15 +566,6 @@ def state_dict_from_transformers(hf_state: Mapping[str, torch.Tensor]) -> dict[s
 # ----------------------------------------------------------------------------
 # A tiny BERT that learns on the page
 # ----------------------------------------------------------------------------
-
-
-def _check_steps(name: str, steps: object) -> None:
-    if (
-        not isinstance(steps, (tuple, list))
-        or not steps
-        or not all(isinstance(s, int) and not isinstance(s, bool) for s in steps)
-    ):
-        raise ValueError(f"{name} must be a non-empty tuple of ints, got {steps!r}")
 
 
 # --8<-- [start:corpus]
@@ -630,16 +597,19 @@ def counting_corpus(
         ``(input_ids, labels)``: ``(B, length + 2)`` ids and ``(B,)`` indices
         into ``steps``.
     """
-    _check_ints(1, n_sequences=n_sequences, length=length, n_tokens=n_tokens)
+    _check_sizes(1, n_sequences=n_sequences, length=length, n_tokens=n_tokens)
     _check_steps("steps", steps)
     _check_special(special)
     _check_generator(generator)
     first = max(special.ids) + 1
-    device = generator.device if generator is not None else None  # draw where the generator lives
-    labels = torch.randint(len(steps), (n_sequences,), generator=generator, device=device)  # (B,)
+    device = generator.device if generator is not None else None  # draw there
+    b = n_sequences
+    labels = torch.randint(len(steps), (b,), generator=generator, device=device)  # (B,)
     step = torch.tensor(steps, device=labels.device)[labels]  # (B,)
-    start = torch.randint(n_tokens, (n_sequences, 1), generator=generator, device=device)  # (B, 1)
-    body = first + (start + step[:, None] * torch.arange(length, device=labels.device)) % n_tokens  # (B, length)
+    # (B, 1): where each sequence starts counting
+    start = torch.randint(n_tokens, (b, 1), generator=generator, device=device)
+    count = start + step[:, None] * torch.arange(length, device=labels.device)
+    body = first + count % n_tokens  # (B, length)
     cls = torch.full((n_sequences, 1), special.cls, device=labels.device)
     sep = torch.full((n_sequences, 1), special.sep, device=labels.device)
     return torch.cat([cls, body, sep], dim=1), labels  # (B, length + 2)
@@ -688,31 +658,28 @@ def train_tiny_bert(
     Returns:
         A ``TinyBertResult`` with the trained models and held-out metrics.
     """
-    if not callable(make_block):
-        raise TypeError(f"make_block must be callable, got {type(make_block).__name__}")
-    if config is not None and not isinstance(config, BertConfig):
-        raise TypeError(f"config must be a BertConfig or None, got {type(config).__name__}")
-    _check_ints(1, length=length, n_tokens=n_tokens, batch_size=batch_size)
-    _check_ints(0, steps=steps, finetune_steps=finetune_steps, seed=seed)
+    _check_sizes(1, length=length, n_tokens=n_tokens, batch_size=batch_size)
+    _check_sizes(0, steps=steps, finetune_steps=finetune_steps, seed=seed)
     _check_steps("count_steps", count_steps)
-    _check_positive_float("lr", lr)
-    if config is not None and (length + 2 > config.max_len or n_tokens > config.vocab_size - 1 - max(config.special.ids)):
-        raise ValueError(
-            f"length + 2 must fit config.max_len={config.max_len} and n_tokens the ids above the "
-            f"special ones (vocab_size={config.vocab_size}), got length={length}, n_tokens={n_tokens}"
-        )
+    _check_number("lr", lr, 0.0, low_ok=False)
+    room = None if config is None else config.vocab_size - 1 - max(config.special.ids)
+    if config is not None and (length + 2 > config.max_len or n_tokens > room):
+        raise ValueError(f"length + 2 and n_tokens must fit {config}, got length="
+                         f"{length}, n_tokens={n_tokens}")
     torch.manual_seed(seed)
     g = torch.Generator().manual_seed(seed)
     n_special = len(SpecialTokens().ids)
     if config is None:
-        config = BertConfig(vocab_size=n_special + n_tokens, d_model=64, n_layers=2, n_heads=4,
+        config = BertConfig(n_special + n_tokens, d_model=64, n_layers=2, n_heads=4,
                             d_ff=128, max_len=length + 2, dropout=0.0)
     model = BertForMaskedLM(BertModel(config, make_block))
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
     vocab = config.vocab_size
 
     def corpus(n: int) -> tuple[torch.Tensor, torch.Tensor]:
-        return counting_corpus(n, length, n_tokens, count_steps, special=config.special, generator=g)
+        special = config.special
+        return counting_corpus(n, length, n_tokens, count_steps, special=special,
+                               generator=g)
 
     losses = []
     model.train()
@@ -732,8 +699,9 @@ def train_tiny_bert(
     with torch.no_grad():
         predicted = model(corrupted).argmax(-1)  # (B, N, V) -> (B, N)
     mlm_accuracy = (predicted[selected] == labels[selected]).float().mean().item()
-    train_ids, _ = corpus(1024)  # the no-context baseline: the most frequent token overall
-    most_frequent = torch.bincount(train_ids[:, 1:-1].flatten(), minlength=vocab).argmax()
+    train_ids, _ = corpus(1024)  # the no-context baseline: the most frequent token
+    counts = torch.bincount(train_ids[:, 1:-1].flatten(), minlength=vocab)
+    most_frequent = counts.argmax()
     mlm_baseline = (labels[selected] == most_frequent).float().mean().item()
 
     # Fine-tune: the same encoder, a new [CLS] head, a sentence-level label.
@@ -752,5 +720,6 @@ def train_tiny_bert(
     with torch.no_grad():
         cls_accuracy = (classifier(ids).argmax(-1) == step).float().mean().item()
     cls_baseline = torch.bincount(step).max().item() / len(step)
-    return TinyBertResult(model, classifier, mlm_accuracy, mlm_baseline, cls_accuracy, cls_baseline, losses)
+    return TinyBertResult(model, classifier, mlm_accuracy, mlm_baseline, cls_accuracy,
+                          cls_baseline, losses)
 # --8<-- [end:train]

@@ -20,6 +20,7 @@ This file needs only torch and the standard library: copy it into a project.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -27,49 +28,66 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-__all__ = ["GPTConfig", "GPT", "next_token_loss", "generate", "reversal_task", "train_tiny_gpt"]
+__all__ = [
+    "GPTConfig", "GPT", "next_token_loss", "generate", "reversal_task", "train_tiny_gpt"
+]
 
 
-# --8<-- [start:validate]
-def _check_ints(minimum: int, **values: object) -> None:
+# --8<-- [start:tensor_checks]
+def _check_sizes(minimum: int, **values: object) -> None:
+    """Refuse a size or a count that is not an int >= minimum."""
     for name, value in values.items():
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        if not isinstance(value, int) or value < minimum:
             raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
 
 
-def _check_dropout(name: str, p: float) -> None:
-    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p < 1.0:
-        raise ValueError(f"{name} must be a float in [0, 1), got {p!r}")
+def _check_tensor(name, t, shape, like: torch.Tensor, dtypes=None) -> None:
+    """Refuse t unless it has this shape (None = any size), dtype and like's device."""
+    got = tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
+    wrong_rank = not isinstance(got, tuple) or len(got) != len(shape)
+    if wrong_rank or any(s not in (None, n) for s, n in zip(shape, got)):
+        want = ", ".join("*" if s is None else str(s) for s in shape)
+        raise ValueError(f"{name} must have shape ({want}) (* = any), got {got}")
+    kind = like.device.type  # under autocast the module's dtype may differ
+    cast = torch.amp.is_autocast_available(kind) and torch.is_autocast_enabled(kind)
+    if t.dtype not in (dtypes or (like.dtype,)) and not (dtypes is None and cast):
+        raise TypeError(f"{name} must have dtype {dtypes or like.dtype}, got {t.dtype}")
+    if t.device != like.device:
+        raise ValueError(f"{name} must be on {like.device}, got {t.device}")
 
 
-def _check_positive_float(name: str, value: float) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
-        raise ValueError(f"{name} must be a finite float > 0, got {value!r}")
+def _check_number(name: str, value, low: float, high=math.inf, *, low_ok=True) -> None:
+    """Refuse a number outside [low, high) (or (low, high) when low_ok is False)."""
+    ok = isinstance(value, (int, float)) and (low <= value if low_ok else low < value)
+    if not ok or not value < high:
+        bracket = "[" if low_ok else "("
+        raise ValueError(f"{name} must be in {bracket}{low}, {high}), got {value!r}")
 
 
-def _check_generator(generator: object) -> None:
+def _check_generator(generator) -> None:
     if generator is not None and not isinstance(generator, torch.Generator):
-        raise TypeError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
+        raise TypeError(f"generator must be a torch.Generator, got {generator!r}")
 
 
-def _check_ids(
-    name: str, ids: object, vocab_size: int | None = None, device: torch.device | None = None
-) -> tuple[int, int]:
-    """Raise unless ``ids`` is a (B, N) integer tensor of ids in [0, vocab_size); return (B, N)."""
-    if not isinstance(ids, torch.Tensor) or ids.dtype not in (torch.int64, torch.int32):
-        got = ids.dtype if isinstance(ids, torch.Tensor) else type(ids).__name__
-        raise TypeError(f"{name} must be an int64 or int32 tensor of token ids, got {got}")
-    if ids.dim() != 2:
-        raise ValueError(f"{name} must have shape (B, N), got {tuple(ids.shape)}")
-    if device is not None and ids.device != device:
-        raise ValueError(f"{name} must be on the model's device {device}, got {ids.device}")
-    if vocab_size is not None and bool(((ids < 0) | (ids >= vocab_size)).any()):  # one sync
-        raise ValueError(
-            f"{name} must lie in [0, vocab_size={vocab_size}), "
-            f"got ids from {int(ids.min())} to {int(ids.max())}"
-        )
-    return ids.shape[0], ids.shape[1]
-# --8<-- [end:validate]
+def _check_token_ids(name, ids, vocab_size: int, like, shape=(None, None)) -> None:
+    """Refuse anything but a (B, N) integer tensor of ids in [0, vocab_size)."""
+    _check_tensor(name, ids, shape, like, (torch.int64, torch.int32))
+    if bool(((ids < 0) | (ids >= vocab_size)).any()):
+        raise ValueError(f"{name} must lie in [0, {vocab_size}), got "
+                         f"ids from {int(ids.min())} to {int(ids.max())}")
+# --8<-- [end:tensor_checks]
+
+
+# --8<-- [start:checks]
+def _check_gpt_config(c) -> None:
+    """Refuse sizes that are not positive ints, or D not divisible by H."""
+    names = ("vocab_size", "d_model", "n_layers", "n_heads", "d_ff", "max_len")
+    _check_sizes(1, **{name: getattr(c, name) for name in names})
+    if c.d_model % c.n_heads:
+        raise ValueError(f"d_model must divide by n_heads={c.n_heads}, got {c.d_model}")
+    _check_number("dropout", c.dropout, 0.0, 1.0)
+    _check_number("layer_norm_eps", c.layer_norm_eps, 0.0, low_ok=False)
+# --8<-- [end:checks]
 
 
 # --8<-- [start:config]
@@ -88,21 +106,11 @@ class GPTConfig:
     norm_first: bool = False  # GPT-1 is post-norm; True gives GPT-2's layout
 
     def __post_init__(self) -> None:
-        for name in ("vocab_size", "d_model", "n_layers", "n_heads", "d_ff", "max_len"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
-        if self.d_model % self.n_heads != 0:
-            raise ValueError(
-                f"d_model must be divisible by n_heads, got d_model={self.d_model} "
-                f"and n_heads={self.n_heads}"
-            )
-        _check_dropout("dropout", self.dropout)
-        _check_positive_float("layer_norm_eps", self.layer_norm_eps)
+        _check_gpt_config(self)
 # --8<-- [end:config]
 
 
-# --8<-- [start:model]
+# --8<-- [start:model_face]
 class GPT(nn.Module):
     """Token + learned position embeddings, causal blocks, tied output layer.
 
@@ -112,49 +120,53 @@ class GPT(nn.Module):
             ``block(x, is_causal=True)``; its norm placement should match
             ``config.norm_first``.
 
+    Forward args:
+        input_ids: ``(B, N)`` token ids, ``N <= max_len``.
+
+    Returns:
+        Logits ``(B, N, V)``: row ``i`` scores token ``i + 1`` from tokens ``0..i``.
+
     Shape:
         ``input_ids`` ``(B, N)`` with ``N <= max_len`` -> logits ``(B, N, V)``.
     """
 
-    def __init__(self, config: GPTConfig, make_block: Callable[[GPTConfig], nn.Module]) -> None:
+    def _check_forward(self, input_ids) -> None:
+        """Refuse ids the vocabulary lacks and sequences longer than max_len."""
+        vocab, n_max = self.config.vocab_size, self.config.max_len
+        _check_token_ids("input_ids", input_ids, vocab, self.token.weight)
+        if input_ids.shape[1] > n_max:
+            n = input_ids.shape[1]
+            raise ValueError(f"input_ids must have N <= max_len={n_max}, got N = {n}")
+# --8<-- [end:model_face]
+
+    # --8<-- [start:init]
+    def __init__(self, config: GPTConfig, make_block: Callable[[GPTConfig], nn.Module]):
         super().__init__()
-        if not isinstance(config, GPTConfig):
-            raise TypeError(f"config must be a GPTConfig, got {type(config).__name__}")
-        if not callable(make_block):
-            raise TypeError(f"make_block must be callable, got {type(make_block).__name__}")
-        self.config = config
-        self.token = nn.Embedding(config.vocab_size, config.d_model)
-        self.position = nn.Embedding(config.max_len, config.d_model)  # learned, as in GPT-1
+        self.config, d = config, config.d_model
+        self.token = nn.Embedding(config.vocab_size, d)  # E_tok, (V, D)
+        self.position = nn.Embedding(config.max_len, d)  # E_pos: learned, as in GPT-1
         self.dropout = nn.Dropout(config.dropout)
         self.layers = nn.ModuleList(make_block(config) for _ in range(config.n_layers))
-        # Pre-norm leaves the last residual sum unnormalised: GPT-2 adds one LayerNorm.
-        self.norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps) if config.norm_first else None
-        self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        # Pre-norm leaves the last residual sum unnormalised: GPT-2 adds a LayerNorm.
+        eps = config.layer_norm_eps
+        self.norm = nn.LayerNorm(d, eps=eps) if config.norm_first else None
+        self.lm_head = nn.Linear(d, config.vocab_size, bias=False)
         self.apply(_init_gpt_weights)
-        self.lm_head.weight = self.token.weight  # tied: one (V, D) matrix reads and writes tokens
+        self.lm_head.weight = self.token.weight  # tied: one (V, D) matrix
+    # --8<-- [end:init]
 
+    # --8<-- [start:model]
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
-        """Score every possible next token at every position.
-
-        Args:
-            input_ids: ``(B, N)`` token ids.
-
-        Returns:
-            ``(B, N, V)``: row ``i`` scores token ``i + 1`` from tokens ``0..i``.
-        """
-        B, N = _check_ids("input_ids", input_ids, self.config.vocab_size, self.token.weight.device)
-        if N > self.config.max_len:
-            raise ValueError(
-                f"input_ids must have length N <= max_len = {self.config.max_len}, got N = {N}"
-            )
-        positions = torch.arange(N, device=input_ids.device)  # (N,)
+        """Logits (B, N, V): row i scores token i + 1 from tokens 0..i."""
+        self._check_forward(input_ids)
+        positions = torch.arange(input_ids.shape[1], device=input_ids.device)  # (N,)
         x = self.dropout(self.token(input_ids) + self.position(positions))  # (B, N, D)
         for layer in self.layers:
             x = layer(x, is_causal=True)  # token i sees tokens 0..i only: (B, N, D)
-        if self.norm is not None:
+        if self.norm is not None:  # GPT-2's final LayerNorm
             x = self.norm(x)
         return self.lm_head(x)  # (B, N, D) @ (D, V) -> (B, N, V)
-# --8<-- [end:model]
+    # --8<-- [end:model]
 
 
 def _init_gpt_weights(module: nn.Module) -> None:
@@ -166,34 +178,57 @@ def _init_gpt_weights(module: nn.Module) -> None:
 
 
 # --8<-- [start:loss]
+def shifted_cross_entropy(logits: torch.Tensor, input_ids: torch.Tensor):
+    """L = -mean_i log p(t_{i+1} | t_0..t_i): position i is scored on token i + 1."""
+    predictions = logits[:, :-1]  # (B, N - 1, V)
+    targets = input_ids[:, 1:]  # (B, N - 1)
+    # (B (N - 1), V) against (B (N - 1),)
+    return F.cross_entropy(predictions.flatten(0, 1), targets.flatten())
+# --8<-- [end:loss]
+
+
+# --8<-- [start:loss_face]
 def next_token_loss(logits: torch.Tensor, input_ids: torch.Tensor) -> torch.Tensor:
     """The language-modelling objective: -mean log p(token i+1 | tokens 0..i).
 
     Args:
-        logits: ``(B, N, V)`` from ``GPT``.
+        logits: ``(B, N, V)`` from ``GPT``, ``N >= 2``.
         input_ids: the ``(B, N)`` ids the logits were computed from.
 
     Returns:
         The mean cross-entropy over the ``B * (N - 1)`` predictions, a scalar.
     """
-    if not isinstance(logits, torch.Tensor) or not logits.is_floating_point():
-        got = logits.dtype if isinstance(logits, torch.Tensor) else type(logits).__name__
-        raise TypeError(f"logits must be a floating tensor (B, N, V), got {got}")
-    _check_ids("input_ids", input_ids)
-    if logits.dim() != 3 or tuple(input_ids.shape) != tuple(logits.shape[:2]) or logits.shape[1] < 2:
-        raise ValueError(
-            f"logits must be (B, N, V) and input_ids (B, N) with N >= 2, got logits "
-            f"{tuple(logits.shape)} and input_ids {tuple(input_ids.shape)}"
-        )
-    _check_ids("input_ids", input_ids, logits.shape[-1], logits.device)
-    predictions = logits[:, :-1]  # position i predicts token i + 1: (B, N - 1, V)
-    targets = input_ids[:, 1:]  # (B, N - 1)
-    return F.cross_entropy(predictions.flatten(0, 1), targets.flatten())  # (B*(N-1), V) vs (B*(N-1),)
-# --8<-- [end:loss]
+    is_tensor = isinstance(logits, torch.Tensor)
+    got = (logits.dtype, tuple(logits.shape)) if is_tensor else type(logits).__name__
+    if not is_tensor or not logits.is_floating_point() or logits.dim() != 3 or (
+        logits.shape[1] < 2
+    ):
+        raise ValueError(f"logits must be floating (B, N, V) with N >= 2, got {got}")
+    shape = tuple(logits.shape[:2])
+    _check_token_ids("input_ids", input_ids, logits.shape[-1], logits, shape)
+    return shifted_cross_entropy(logits, input_ids)
+# --8<-- [end:loss_face]
 
 
 # --8<-- [start:generate]
 @torch.no_grad()
+def decode(model: GPT, ids: torch.Tensor, max_new_tokens: int, temperature=0.0,
+           generator=None) -> torch.Tensor:
+    """Append max_new_tokens tokens, each chosen from the last position's logits."""
+    for _ in range(max_new_tokens):
+        context = ids[:, -model.config.max_len :]  # the window positions cover
+        logits = model(context)[:, -1]  # only the last position predicts: (B, V)
+        if temperature == 0.0:  # greedy
+            next_id = logits.argmax(dim=-1, keepdim=True)  # (B, 1)
+        else:  # a draw from softmax(logits / tau)
+            probs = torch.softmax(logits.float() / temperature, dim=-1)  # (B, V)
+            next_id = torch.multinomial(probs.cpu(), 1, generator=generator)  # (B, 1)
+        ids = torch.cat([ids, next_id.to(ids.device)], dim=1)  # (B, N) -> (B, N + 1)
+    return ids
+# --8<-- [end:generate]
+
+
+# --8<-- [start:generate_face]
 def generate(
     model: GPT,
     prompt: torch.Tensor,
@@ -220,30 +255,19 @@ def generate(
     """
     if not isinstance(model, GPT):
         raise TypeError(f"model must be a GPT, got {type(model).__name__}")
-    if not isinstance(prompt, torch.Tensor) or prompt.dim() != 2 or prompt.shape[1] < 1:
-        got = tuple(prompt.shape) if isinstance(prompt, torch.Tensor) else type(prompt).__name__
-        raise ValueError(f"prompt must be a (B, N0) tensor of ids with N0 >= 1, got {got}")
-    _check_ids("prompt", prompt, model.config.vocab_size, model.token.weight.device)
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
-        raise ValueError(f"max_new_tokens must be a non-negative int, got {max_new_tokens!r}")
-    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not temperature >= 0.0:
-        raise ValueError(f"temperature must be a float >= 0, got {temperature!r}")
+    vocab, weight = model.config.vocab_size, model.token.weight
+    _check_token_ids("prompt", prompt, vocab, weight)
+    if prompt.shape[1] < 1:
+        raise ValueError(f"prompt must hold N0 >= 1 tokens, got {tuple(prompt.shape)}")
+    _check_sizes(0, max_new_tokens=max_new_tokens)
+    _check_number("temperature", temperature, 0.0)
     _check_generator(generator)
     was_training = model.training
     model.eval()  # no dropout while generating
-    ids = prompt
-    for _ in range(max_new_tokens):
-        context = ids[:, -model.config.max_len:]  # the window the positions cover: (B, <= max_len)
-        logits = model(context)[:, -1]  # only the last position predicts the new token: (B, V)
-        if temperature == 0.0:
-            next_id = logits.argmax(dim=-1, keepdim=True)  # (B, 1)
-        else:
-            probs = torch.softmax(logits.float() / temperature, dim=-1)  # (B, V)
-            next_id = torch.multinomial(probs.cpu(), 1, generator=generator).to(ids.device)  # (B, 1)
-        ids = torch.cat([ids, next_id], dim=1)  # (B, N) -> (B, N + 1)
+    ids = decode(model, prompt, max_new_tokens, temperature, generator)
     model.train(was_training)
     return ids
-# --8<-- [end:generate]
+# --8<-- [end:generate_face]
 
 
 # ----------------------------------------------------------------------------
@@ -253,9 +277,9 @@ def generate(
 
 # --8<-- [start:task]
 def reversal_task(
-    n_sequences: int, length: int, n_digits: int, *, generator: torch.Generator | None = None
+    n_sequences: int, length: int, n_digits: int, *, generator=None
 ) -> torch.Tensor:
-    """Sequences ``x_1 ... x_L = x_L ... x_1``: some digits, "=", then the digits reversed.
+    """Sequences ``x_1 ... x_L = x_L ... x_1``: digits, "=", the digits reversed.
 
     The digits before "=" are random, so nothing predicts them; every digit
     after "=" is fixed by one digit of the prompt, which the model must find
@@ -271,10 +295,12 @@ def reversal_task(
     Returns:
         ``(B, 2 * L + 1)`` token ids.
     """
-    _check_ints(1, n_sequences=n_sequences, length=length, n_digits=n_digits)
+    _check_sizes(1, n_sequences=n_sequences, length=length, n_digits=n_digits)
     _check_generator(generator)
-    device = generator.device if generator is not None else None  # draw where the generator lives
-    digits = torch.randint(n_digits, (n_sequences, length), generator=generator, device=device)  # (B, L)
+    device = generator.device if generator is not None else None  # draw there
+    shape = (n_sequences, length)
+    # (B, L) random digits
+    digits = torch.randint(n_digits, shape, generator=generator, device=device)
     equals = torch.full((n_sequences, 1), n_digits, device=digits.device)  # (B, 1)
     return torch.cat([digits, equals, digits.flip(1)], dim=1)  # (B, 2L + 1)
 # --8<-- [end:task]
@@ -318,24 +344,21 @@ def train_tiny_gpt(
         A ``TinyGPTResult`` with the trained model and held-out metrics.
     """
     if not callable(make_block):
-        raise TypeError(f"make_block must be callable, got {type(make_block).__name__}")
-    if config is not None and not isinstance(config, GPTConfig):
-        raise TypeError(f"config must be a GPTConfig or None, got {type(config).__name__}")
-    _check_ints(1, length=length, n_digits=n_digits, batch_size=batch_size)
-    _check_ints(0, steps=steps, seed=seed)
-    _check_positive_float("lr", lr)
-    if config is not None and (config.vocab_size <= n_digits or config.max_len < 2 * length + 1):
-        raise ValueError(
-            f"config must hold n_digits + 1 tokens and 2 * length + 1 positions, got "
-            f"vocab_size={config.vocab_size}, max_len={config.max_len} for n_digits={n_digits}, length={length}"
-        )
-    torch.manual_seed(seed)
-    g = torch.Generator().manual_seed(seed)
+        raise TypeError(f"make_block must be callable, got {make_block!r}")
+    _check_sizes(1, length=length, n_digits=n_digits, batch_size=batch_size)
+    _check_sizes(0, steps=steps, seed=seed)
+    _check_number("lr", lr, 0.0, low_ok=False)
     if config is None:
         # Pre-norm (GPT-2's layout): post-norm at this learning rate and without
         # warm-up stalls near chance for hundreds of steps.
-        config = GPTConfig(vocab_size=n_digits + 1, d_model=64, n_layers=2, n_heads=4,
-                           d_ff=128, max_len=2 * length + 1, dropout=0.0, norm_first=True)
+        config = GPTConfig(n_digits + 1, d_model=64, n_layers=2, n_heads=4, d_ff=128,
+                           max_len=2 * length + 1, dropout=0.0, norm_first=True)
+    fits = isinstance(config, GPTConfig) and config.vocab_size > n_digits
+    if not fits or config.max_len < 2 * length + 1:
+        raise ValueError(f"config must be a GPTConfig with n_digits + 1 tokens and "
+                         f"2 * length + 1 positions, got {config!r}")
+    torch.manual_seed(seed)
+    g = torch.Generator().manual_seed(seed)
     model = GPT(config, make_block)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
     losses = []
@@ -350,15 +373,16 @@ def train_tiny_gpt(
 
     model.eval()
     ids = reversal_task(1024, length, n_digits, generator=g)
-    answer = ids[:, length + 1:]  # (B, L): the reversed digits
+    answer = ids[:, length + 1 :]  # (B, L): the reversed digits
     with torch.no_grad():
         # positions L .. 2L - 1 predict the L answer digits
         predicted = model(ids)[:, length:-1].argmax(-1)  # (B, L)
     accuracy = (predicted == answer).float().mean().item()
-    most_frequent = torch.bincount(ids[:, :length].flatten(), minlength=n_digits).argmax()
-    baseline = (answer == most_frequent).float().mean().item()
+    counts = torch.bincount(ids[:, :length].flatten(), minlength=n_digits)
+    baseline = (answer == counts.argmax()).float().mean().item()
     # Generation feeds the model its own guesses: one early mistake can spoil the rest.
     completed = generate(model, ids[:256, : length + 1], length)  # (256, 2L + 1)
-    generated_accuracy = (completed[:, length + 1:] == answer[:256]).float().mean().item()
+    right = completed[:, length + 1 :] == answer[:256]  # (256, L)
+    generated_accuracy = right.float().mean().item()
     return TinyGPTResult(model, accuracy, baseline, generated_accuracy, losses)
 # --8<-- [end:train]
