@@ -50,7 +50,9 @@ def _attend(
 
 
 # --8<-- [start:masked_softmax]
-def _masked_softmax(scores: torch.Tensor, allowed: torch.Tensor | None) -> torch.Tensor:
+def _masked_softmax(
+    scores: torch.Tensor, allowed: torch.Tensor | None
+) -> torch.Tensor:
     """Softmax over the last dim where allowed (True = may attend); empty rows -> 0."""
     if allowed is None:
         return torch.softmax(scores, dim=-1)

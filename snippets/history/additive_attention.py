@@ -53,7 +53,7 @@ PAD, BOS, EOS = 0, 1, 2  # digits d are tokens d + 3
 
 
 # --8<-- [start:tensor_checks]
-def _check_sizes(minimum: int, **values: object) -> None:
+def _check_positive_sizes(minimum: int, **values: object) -> None:
     """Refuse a size or a count that is not an int >= minimum."""
     for name, value in values.items():
         if not isinstance(value, int) or value < minimum:
@@ -100,7 +100,9 @@ def _check_source(src, mask, embedding: nn.Embedding, mask_name: str) -> None:
 
 
 # --8<-- [start:masked_softmax]
-def _masked_softmax(scores: torch.Tensor, allowed: torch.Tensor | None) -> torch.Tensor:
+def _masked_softmax(
+    scores: torch.Tensor, allowed: torch.Tensor | None
+) -> torch.Tensor:
     """Softmax over the last dim where allowed (True = may attend); empty rows -> 0."""
     if allowed is None:
         return torch.softmax(scores, dim=-1)
@@ -138,7 +140,7 @@ class AdditiveAttention(nn.Module):
 
     def __init__(self, query_dim: int, key_dim: int, attn_dim: int) -> None:
         super().__init__()
-        _check_sizes(1, query_dim=query_dim, key_dim=key_dim, attn_dim=attn_dim)
+        _check_positive_sizes(1, query_dim=query_dim, key_dim=key_dim, attn_dim=attn_dim)
         # The paper writes the score without biases; so does this module.
         self.w_a = nn.Linear(query_dim, attn_dim, bias=False)  # W_a
         self.u_a = nn.Linear(key_dim, attn_dim, bias=False)  # U_a
@@ -206,7 +208,7 @@ class BahdanauEncoder(nn.Module):
         self, vocab_size: int, emb_dim: int, hidden_size: int, *, padding_idx: int = 0
     ) -> None:
         super().__init__()
-        _check_sizes(1, vocab_size=vocab_size, emb_dim=emb_dim, hidden_size=hidden_size)
+        _check_positive_sizes(1, vocab_size=vocab_size, emb_dim=emb_dim, hidden_size=hidden_size)
         self.embedding = nn.Embedding(vocab_size, emb_dim, padding_idx=padding_idx)
         self.rnn = nn.GRU(emb_dim, hidden_size, batch_first=True, bidirectional=True)
 # --8<-- [end:encoder_face]
@@ -267,8 +269,8 @@ class BahdanauSeq2Seq(nn.Module):
         use_attention: bool = True,
     ) -> None:
         super().__init__()
-        _check_sizes(1, src_vocab=src_vocab, tgt_vocab=tgt_vocab, emb_dim=emb_dim)
-        _check_sizes(1, hidden_size=hidden_size, attn_dim=attn_dim)
+        _check_positive_sizes(1, src_vocab=src_vocab, tgt_vocab=tgt_vocab, emb_dim=emb_dim)
+        _check_positive_sizes(1, hidden_size=hidden_size, attn_dim=attn_dim)
         n = hidden_size
         self.use_attention = use_attention
         self.encoder = BahdanauEncoder(src_vocab, emb_dim, n)
@@ -308,7 +310,7 @@ class BahdanauSeq2Seq(nn.Module):
     def greedy_decode(self, src: torch.Tensor, max_len: int, *, src_mask=None):
         """Feed back the argmax: tokens (B, T), weights (B, T, M) or None."""
         src_mask, annotations, summary, s, projected = self._start(src, src_mask)
-        _check_sizes(0, max_len=max_len)
+        _check_positive_sizes(0, max_len=max_len)
         y = torch.full((src.shape[0],), BOS, dtype=torch.long, device=src.device)
         tokens, all_weights = [], []
         for _ in range(max_len):
@@ -364,7 +366,7 @@ def reversal_batch(batch_size: int, min_len: int, max_len: int, rng: random.Rand
     (BOS + target), ``tgt_out (B, T)`` (target + EOS, PAD after), with
     M = the longest source and T = M + 1. Digit d is token d + 3.
     """
-    _check_sizes(1, batch_size=batch_size, min_len=min_len, max_len=max_len)
+    _check_positive_sizes(1, batch_size=batch_size, min_len=min_len, max_len=max_len)
     if min_len > max_len:
         raise ValueError(f"max_len must be >= min_len={min_len}, got max_len={max_len}")
     lengths = [rng.randint(min_len, max_len) for _ in range(batch_size)]
@@ -396,7 +398,7 @@ def train_toy_translation(
     The same ``seed`` gives the same batches to every model, so two models
     trained with the same arguments saw exactly the same data.
     """
-    _check_sizes(0, steps=steps, seed=seed)
+    _check_positive_sizes(0, steps=steps, seed=seed)
     if not isinstance(lr, (int, float)) or not 0 < lr < float("inf"):
         raise ValueError(f"lr must be a finite float > 0, got {lr!r}")
     rng = random.Random(seed)
@@ -427,8 +429,8 @@ def accuracy_by_length(
     if not isinstance(lengths, Iterable):
         raise TypeError(f"lengths must be a list of ints, got {type(lengths).__name__}")
     lengths = list(lengths)
-    _check_sizes(1, n_per_length=n_per_length)
-    _check_sizes(1, **{f"lengths[{i}]": n for i, n in enumerate(lengths)})
+    _check_positive_sizes(1, n_per_length=n_per_length)
+    _check_positive_sizes(1, **{f"lengths[{i}]": n for i, n in enumerate(lengths)})
     rng = random.Random(seed)
     model.eval()
     result = {}

@@ -41,7 +41,7 @@ IGNORE_INDEX = -100  # label of a position the loss skips (F.cross_entropy's def
 
 
 # --8<-- [start:tensor_checks]
-def _check_sizes(minimum: int, **values: object) -> None:
+def _check_positive_sizes(minimum: int, **values: object) -> None:
     """Refuse a size or a count that is not an int >= minimum."""
     for name, value in values.items():
         if not isinstance(value, int) or value < minimum:
@@ -90,7 +90,7 @@ def _check_bert_config(c) -> None:
     """Refuse sizes that are not positive ints, D not divisible by H, bad specials."""
     names = ("vocab_size", "d_model", "n_layers", "n_heads", "d_ff", "max_len")
     names += ("n_segments",)
-    _check_sizes(1, **{name: getattr(c, name) for name in names})
+    _check_positive_sizes(1, **{name: getattr(c, name) for name in names})
     if c.d_model % c.n_heads:
         raise ValueError(f"d_model must divide by n_heads={c.n_heads}, got {c.d_model}")
     _check_number("dropout", c.dropout, 0.0, 1.0)
@@ -107,7 +107,7 @@ def _check_special(special, vocab_size: int | None = None) -> None:
 
 
 def _check_special_ids(t) -> None:
-    _check_sizes(0, pad=t.pad, cls=t.cls, sep=t.sep, mask=t.mask)
+    _check_positive_sizes(0, pad=t.pad, cls=t.cls, sep=t.sep, mask=t.mask)
     if len(set(t.ids)) != 4:
         raise ValueError(f"pad, cls, sep and mask must differ, got {t}")
 
@@ -442,7 +442,7 @@ def mask_tokens(
         ``(corrupted, labels)``, both ``(B, N)``: the model's input, and the
         original token at each selected position (``IGNORE_INDEX`` elsewhere).
     """
-    _check_sizes(5, vocab_size=vocab_size)  # four special ids and one regular
+    _check_positive_sizes(5, vocab_size=vocab_size)  # four special ids and one regular
     _check_special(special, vocab_size)
     _check_token_ids("input_ids", input_ids, vocab_size, input_ids)
     if not isinstance(select_prob, (int, float)) or not 0.0 < select_prob <= 1.0:
@@ -473,7 +473,7 @@ class BertClassifier(nn.Module):
     # --8<-- [start:classifier]
     def __init__(self, bert: BertModel, n_classes: int) -> None:
         super().__init__()
-        _check_sizes(2, n_classes=n_classes)
+        _check_positive_sizes(2, n_classes=n_classes)
         d_model = bert.config.d_model
         self.bert = bert
         self.pooler = nn.Linear(d_model, d_model)  # W_p, b_p
@@ -597,7 +597,7 @@ def counting_corpus(
         ``(input_ids, labels)``: ``(B, length + 2)`` ids and ``(B,)`` indices
         into ``steps``.
     """
-    _check_sizes(1, n_sequences=n_sequences, length=length, n_tokens=n_tokens)
+    _check_positive_sizes(1, n_sequences=n_sequences, length=length, n_tokens=n_tokens)
     _check_steps("steps", steps)
     _check_special(special)
     _check_generator(generator)
@@ -658,8 +658,8 @@ def train_tiny_bert(
     Returns:
         A ``TinyBertResult`` with the trained models and held-out metrics.
     """
-    _check_sizes(1, length=length, n_tokens=n_tokens, batch_size=batch_size)
-    _check_sizes(0, steps=steps, finetune_steps=finetune_steps, seed=seed)
+    _check_positive_sizes(1, length=length, n_tokens=n_tokens, batch_size=batch_size)
+    _check_positive_sizes(0, steps=steps, finetune_steps=finetune_steps, seed=seed)
     _check_steps("count_steps", count_steps)
     _check_number("lr", lr, 0.0, low_ok=False)
     room = None if config is None else config.vocab_size - 1 - max(config.special.ids)

@@ -34,7 +34,7 @@ __all__ = [
 
 
 # --8<-- [start:tensor_checks]
-def _check_sizes(minimum: int, **values: object) -> None:
+def _check_positive_sizes(minimum: int, **values: object) -> None:
     """Refuse a size or a count that is not an int >= minimum."""
     for name, value in values.items():
         if not isinstance(value, int) or value < minimum:
@@ -82,7 +82,7 @@ def _check_token_ids(name, ids, vocab_size: int, like, shape=(None, None)) -> No
 def _check_gpt_config(c) -> None:
     """Refuse sizes that are not positive ints, or D not divisible by H."""
     names = ("vocab_size", "d_model", "n_layers", "n_heads", "d_ff", "max_len")
-    _check_sizes(1, **{name: getattr(c, name) for name in names})
+    _check_positive_sizes(1, **{name: getattr(c, name) for name in names})
     if c.d_model % c.n_heads:
         raise ValueError(f"d_model must divide by n_heads={c.n_heads}, got {c.d_model}")
     _check_number("dropout", c.dropout, 0.0, 1.0)
@@ -259,7 +259,7 @@ def generate(
     _check_token_ids("prompt", prompt, vocab, weight)
     if prompt.shape[1] < 1:
         raise ValueError(f"prompt must hold N0 >= 1 tokens, got {tuple(prompt.shape)}")
-    _check_sizes(0, max_new_tokens=max_new_tokens)
+    _check_positive_sizes(0, max_new_tokens=max_new_tokens)
     _check_number("temperature", temperature, 0.0)
     _check_generator(generator)
     was_training = model.training
@@ -295,7 +295,7 @@ def reversal_task(
     Returns:
         ``(B, 2 * L + 1)`` token ids.
     """
-    _check_sizes(1, n_sequences=n_sequences, length=length, n_digits=n_digits)
+    _check_positive_sizes(1, n_sequences=n_sequences, length=length, n_digits=n_digits)
     _check_generator(generator)
     device = generator.device if generator is not None else None  # draw there
     shape = (n_sequences, length)
@@ -345,8 +345,8 @@ def train_tiny_gpt(
     """
     if not callable(make_block):
         raise TypeError(f"make_block must be callable, got {make_block!r}")
-    _check_sizes(1, length=length, n_digits=n_digits, batch_size=batch_size)
-    _check_sizes(0, steps=steps, seed=seed)
+    _check_positive_sizes(1, length=length, n_digits=n_digits, batch_size=batch_size)
+    _check_positive_sizes(0, steps=steps, seed=seed)
     _check_number("lr", lr, 0.0, low_ok=False)
     if config is None:
         # Pre-norm (GPT-2's layout): post-norm at this learning rate and without

@@ -43,7 +43,7 @@ SCORES = ("dot", "general", "concat")
 
 
 # --8<-- [start:tensor_checks]
-def _check_sizes(minimum: int, **values: object) -> None:
+def _check_positive_sizes(minimum: int, **values: object) -> None:
     """Refuse a size or a count that is not an int >= minimum."""
     for name, value in values.items():
         if not isinstance(value, int) or value < minimum:
@@ -67,7 +67,9 @@ def _check_tensor(name, t, shape, like: torch.Tensor, dtypes=None) -> None:
 
 
 # --8<-- [start:masked_softmax]
-def _masked_softmax(scores: torch.Tensor, allowed: torch.Tensor | None) -> torch.Tensor:
+def _masked_softmax(
+    scores: torch.Tensor, allowed: torch.Tensor | None
+) -> torch.Tensor:
     """Softmax over the last dim where allowed (True = may attend); empty rows -> 0."""
     if allowed is None:
         return torch.softmax(scores, dim=-1)
@@ -102,7 +104,7 @@ class LuongAttention(nn.Module):
 
     def __init__(self, d_model: int, score: str = "general", *, window=None) -> None:
         super().__init__()
-        _check_sizes(1, d_model=d_model, window=1 if window is None else window)
+        _check_positive_sizes(1, d_model=d_model, window=1 if window is None else window)
         if score not in SCORES:
             raise ValueError(f"score must be one of {', '.join(SCORES)}, got {score!r}")
         self.d_model, self.score, self.window = d_model, score, window

@@ -127,7 +127,8 @@ def _check_kernel(q1, k1, q2, k2, v) -> None:
             raise ValueError(f"{name} must be a floating (B, H, N, d) tensor, "
                              f"got {got}")
         if t.device != q1.device:
-            raise ValueError(f"{name} must be on q1's device {q1.device}, got {t.device}")
+            raise ValueError(f"{name} must be on q1's device {q1.device}, "
+                             f"got {t.device}")
     same = q1.shape == k1.shape == q2.shape == k2.shape
     if not same or v.shape[:-1] != q1.shape[:-1]:
         raise ValueError(f"q1, k1, q2 and k2 must share one shape (B, H, N, d) and v "
