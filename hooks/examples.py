@@ -270,7 +270,7 @@ def _fail_on_own_warning(message, category, filename, lineno, file=None, line=No
         f.filename.startswith(own) or "ipykernel_" in f.filename or f.filename.startswith("<ipython-input")
         for f in _tb.extract_stack()[:-1]
     ):
-        where = filename.replace("\\", "/").rsplit("/", 1)[-1]
+        where = filename.rsplit("/", 1)[-1].rsplit(chr(92), 1)[-1]
         raise category(f"{{message}} (warned at {{where}}:{{lineno}}; the build treats it as an error)")
     _show(message, category, filename, lineno, file, line)
 _w.showwarning = _fail_on_own_warning
