@@ -266,12 +266,12 @@ def _fail_on_own_warning(message, category, filename, lineno, file=None, line=No
     # A warning that the example's cells or the project's modules cause is an
     # error (the build fails on that cell); any other is shown as usual.
     own = {own!r}
-    if _th.current_thread() is _main and any(
-        f.filename.startswith(own) or "ipykernel_" in f.filename or f.filename.startswith("<ipython-input")
-        for f in _tb.extract_stack()[:-1]
-    ):
+    mine = [f for f in _tb.extract_stack()[:-1] if f.filename.startswith(own)
+            or "ipykernel_" in f.filename or f.filename.startswith("<ipython-input")]
+    if _th.current_thread() is _main and mine:
         where = filename.rsplit("/", 1)[-1].rsplit(chr(92), 1)[-1]
-        raise category(f"{{message}} (warned at {{where}}:{{lineno}}; the build treats it as an error)")
+        raise category(f"{{message}} (warned at {{where}}:{{lineno}}, called from line {{mine[-1].lineno}}: "
+                       f"{{mine[-1].line}}; the build treats it as an error)")
     _show(message, category, filename, lineno, file, line)
 _w.showwarning = _fail_on_own_warning
 del _s, _m, _p, _t, _n, _w, _tb, _th, _fail_on_own_warning
