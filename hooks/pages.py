@@ -171,7 +171,8 @@ def plain_search_text(text: str) -> str:
 # run-together form a reader types, "deltanet", matched nothing. Each page's
 # own entry in the index gets a hidden field, ``keywords`` (boosted in
 # mkdocs.yml's search config, never shown in a result): the lower-case
-# run-together form of every camel-case or hyphenated word of its title, plus
+# run-together form of every camel-case or hyphenated word of a Markdown
+# page's title (not an executed example's, which would compete with it), plus
 # the abbreviations listed for it under ``extra.search_keywords`` in mkdocs.yml
 # or in its front matter (``search: {keywords: [...]}``).
 TITLE_WORD = re.compile(r"[A-Za-z]+(?:-[A-Za-z]+)+|[A-Za-z]*[a-z][A-Z][A-Za-z]*")
@@ -188,7 +189,9 @@ def title_keywords(title: str) -> list[str]:
 def page_keywords(page, config) -> list[str]:
     listed = (config.extra.get("search_keywords") or {}).get(page.file.src_uri, [])
     own = ((page.meta.get("search") or {}).get("keywords") or []) if isinstance(page.meta, dict) else []
-    words = title_keywords(page.title or "") + [str(w).lower() for w in [*listed, *own]]
+    # Executed examples share their page's title words; only the page gets them.
+    titled = title_keywords(page.title or "") if page.file.src_uri.endswith(".md") else []
+    words = titled + [str(w).lower() for w in [*listed, *own]]
     return list(dict.fromkeys(words))
 
 

@@ -456,7 +456,9 @@ def rank_pages(index: dict, query: str) -> list[str]:
     """Pages in the order a lunr search like Material's ranks them: each term
     of the query matches the index tokens it starts (the separator and fields
     of the index's own config), a field's matches count by its boost and by how
-    rare the term is, and a page ranks by its best entry."""
+    rare the term is, an entry's own boost scales it (examples carry 0.5), and
+    a page ranks by its best entry. Material's worker (lunr) also stems words;
+    tests/test_browser.py types the same queries into the real search box."""
     import math
 
     config = index["config"]
@@ -477,7 +479,7 @@ def rank_pages(index: dict, query: str) -> list[str]:
         idf = math.log(1 + (len(docs) - len(holders) + 0.5) / (len(holders) + 0.5))
         for i in holders:
             tf = {name: sum(t.startswith(term) for t in ts) for name, ts in tokenised[i].items()}
-            score = sum(fields[name] * idf * n / (1.2 + n) for name, n in tf.items() if n)
+            score = docs[i].get("boost", 1.0) * sum(fields[name] * idf * n / (1.2 + n) for name, n in tf.items() if n)
             page = docs[i]["location"].split("#")[0]
             scores[page] = max(scores.get(page, 0.0), score)
     return sorted(scores, key=scores.get, reverse=True)
