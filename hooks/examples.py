@@ -12,7 +12,9 @@ Why a hook and not mkdocs-jupyter's own ``execute: true``:
   working directory), and runs its examples one after another after a reset
   cell that the page never shows: importing torch once per worker instead of
   once per example saves about two seconds of CPU per example.
-* A failing cell fails the build with the cell's traceback, every figure must
+* A failing cell fails the build with the cell's traceback; so does a Python
+  warning that a cell or the project's own code causes (a tensor handed to
+  matplotlib, a deprecated argument), named with its cell. Every figure must
   carry alternative text (a ``# alt: ...`` comment in its cell), and links in
   the examples' Markdown are rewritten to built URLs and checked like links on
   Markdown pages.
@@ -91,7 +93,7 @@ class Progress:
     def close(self) -> None:
         self.interrupt()
 
-HOOK_VERSION = "5"  # bump to invalidate every cached example
+HOOK_VERSION = "6"  # bump to invalidate every cached example
 EXAMPLES_DIR = "examples"
 PLACEHOLDER_ALT = "No description has been provided for this image"
 ALT_COMMENT = re.compile(r"^\s*#\s*alt:\s*(.+?)\s*$", re.M)
@@ -257,7 +259,22 @@ _n = None
 for _n in [n for n, mod in list(_s.modules.items()) if str(getattr(mod, "__file__", "") or "").startswith({own!r})]:
     del _s.modules[_n]
 _t.set_num_threads({threads}); _t.set_default_dtype(_t.float32); _t.set_printoptions(profile="default")
-del _s, _m, _p, _t, _n
+import warnings as _w, traceback as _tb, threading as _th
+_w.resetwarnings(); _w.simplefilter("always")
+def _fail_on_own_warning(message, category, filename, lineno, file=None, line=None,
+                         _show=_w._showwarning_orig, _main=_th.main_thread(), _tb=_tb, _th=_th):
+    # A warning that the example's cells or the project's modules cause is an
+    # error (the build fails on that cell); any other is shown as usual.
+    own = {own!r}
+    mine = [f for f in _tb.extract_stack()[:-1] if f.filename.startswith(own)
+            or "ipykernel_" in f.filename or f.filename.startswith("<ipython-input")]
+    if _th.current_thread() is _main and mine:
+        where = filename.rsplit("/", 1)[-1].rsplit(chr(92), 1)[-1]
+        raise category(f"{{message}} (warned at {{where}}:{{lineno}}, called from line {{mine[-1].lineno}}: "
+                       f"{{mine[-1].line}}; the build treats it as an error)")
+    _show(message, category, filename, lineno, file, line)
+_w.showwarning = _fail_on_own_warning
+del _s, _m, _p, _t, _n, _w, _tb, _th, _fail_on_own_warning
 """
 
 

@@ -20,7 +20,8 @@ drawn for the palette in use.
   cache (``$FIELD_GUIDE_EXAMPLE_CACHE`` or ``.cache/examples``).
 * Drawing happens in the build process, one figure after another: torch is
   already loaded there, and a second process would pay for importing it again.
-* A figure that raises, a page that names a figure no script defines, and an
+* A figure that raises, a Python warning that a figure script (or a snippet it
+  draws with) causes, a page that names a figure no script defines, and an
   image without alternative text each fail the build with one line naming the
   file and the figure. A figure no page shows is a warning (a strict build
   fails on it).
@@ -40,7 +41,10 @@ import posixpath
 import re
 import shutil
 import sys
+import threading
 import time
+import traceback
+import warnings
 
 from mkdocs.exceptions import PluginError
 from mkdocs.structure.files import File, Files
@@ -48,7 +52,7 @@ from mkdocs.utils import get_relative_url
 
 log = logging.getLogger("mkdocs.hooks.figures")
 
-HOOK_VERSION = "1"  # bump to invalidate every cached figure
+HOOK_VERSION = "2"  # bump to invalidate every cached figure
 FIGURES_DIR = "figures"
 PALETTES = ("light", "dark")
 REFERENCE = re.compile(r"!\[(?P<alt>[^\]]*)\]\(figure:(?P<script>[A-Za-z][\w-]*)/(?P<name>[A-Za-z]\w*)\)")
@@ -96,6 +100,40 @@ class FigureError(Exception):
     """One figure failed: the message is one line."""
 
 
+class _WarningsFail:
+    """Turn a Python warning that the figure code causes into an error.
+
+    A warning counts when the drawing thread's stack passes through one of
+    ``own`` (the figure scripts, the snippets they draw with): a tensor handed
+    to matplotlib, a deprecated argument. Warnings from elsewhere (another
+    thread of the build, a library talking to itself) are shown as usual.
+    """
+
+    def __init__(self, *own: pathlib.Path):
+        self.own = tuple(str(path) + os.sep for path in own)
+        self.thread = threading.current_thread()
+
+    def __enter__(self):
+        self._saved = warnings.catch_warnings()
+        self._saved.__enter__()
+        original = warnings.showwarning
+        warnings.simplefilter("always")
+
+        def show(message, category, filename, lineno, file=None, line=None):
+            if threading.current_thread() is self.thread and any(
+                frame.filename.startswith(self.own) for frame in traceback.extract_stack()[:-1]
+            ):
+                where = os.path.basename(filename)
+                raise category(f"{message} (warned at {where}:{lineno}; the build treats it as an error)")
+            original(message, category, filename, lineno, file, line)
+
+        warnings.showwarning = show
+        return self
+
+    def __exit__(self, *exc):
+        return self._saved.__exit__(*exc)
+
+
 def figure_functions(module) -> dict[str, object]:
     """The figures a script defines: its public functions, in file order."""
     return {
@@ -119,8 +157,10 @@ def render_script(script: pathlib.Path, target: pathlib.Path) -> list[str]:
     name = f"field_guide_figure_{script.stem}"
     spec = importlib.util.spec_from_file_location(name, script)
     module = importlib.util.module_from_spec(spec)
+    own = (script.parent, script.parents[2] / "snippets")  # docs/figures, snippets
     try:
-        spec.loader.exec_module(module)
+        with _WarningsFail(*own):
+            spec.loader.exec_module(module)
     except Exception as exc:  # noqa: BLE001 - reported as one line
         raise FigureError(f"docs/{FIGURES_DIR}/{script.name} failed to import: {type(exc).__name__}: {exc}") from None
     style = importlib.import_module("_style") if (script.parent / "_style.py").is_file() else None
@@ -134,7 +174,7 @@ def render_script(script: pathlib.Path, target: pathlib.Path) -> list[str]:
         for palette in PALETTES:
             palette_style = style.Style(palette) if style is not None else palette
             try:
-                with matplotlib.rc_context(palette_style.rc if style is not None else {}):
+                with _WarningsFail(*own), matplotlib.rc_context(palette_style.rc if style is not None else {}):
                     fig = function(palette_style)
                     buffer = io.StringIO()
                     fig.savefig(buffer, format="svg", transparent=True, metadata={"Date": None})

@@ -163,6 +163,53 @@ def plain_search_text(text: str) -> str:
     return TEX_SPANS.sub(lambda m: tex_to_text(next(g for g in m.groups() if g is not None)), text)
 
 
+# ----------------------------------------------------------------------------
+# Search: the forms people type
+# ----------------------------------------------------------------------------
+# The search splits "DeltaNet" into "delta" and "net" (the separator in
+# mkdocs.yml breaks camel case so that "FlashAttention" finds "flash"), so the
+# run-together form a reader types, "deltanet", matched nothing. Each page's
+# own entry in the index gets a hidden field, ``keywords`` (boosted in
+# mkdocs.yml's search config, never shown in a result): the lower-case
+# run-together form of every camel-case or hyphenated word of a Markdown
+# page's title (not an executed example's, which would compete with it), plus
+# the abbreviations listed for it under ``extra.search_keywords`` in mkdocs.yml
+# or in its front matter (``search: {keywords: [...]}``).
+TITLE_WORD = re.compile(r"[A-Za-z]+(?:-[A-Za-z]+)+|[A-Za-z]*[a-z][A-Z][A-Za-z]*")
+
+_keywords: dict[str, list[str]] = {}  # page URL -> its keywords, filled per page
+
+
+def title_keywords(title: str) -> list[str]:
+    """``"DeltaNet and Gated DeltaNet"`` -> ``["deltanet"]``; ``"Grouped-query
+    attention"`` -> ``["groupedquery"]``."""
+    return list(dict.fromkeys(word.replace("-", "").lower() for word in TITLE_WORD.findall(title)))
+
+
+def page_keywords(page, config) -> list[str]:
+    listed = (config.extra.get("search_keywords") or {}).get(page.file.src_uri, [])
+    own = ((page.meta.get("search") or {}).get("keywords") or []) if isinstance(page.meta, dict) else []
+    # Executed examples share their page's title words; only the page gets them.
+    titled = title_keywords(page.title or "") if page.file.src_uri.endswith(".md") else []
+    words = titled + [str(w).lower() for w in [*listed, *own]]
+    return list(dict.fromkeys(words))
+
+
+def on_page_context(context, page, config, nav):
+    words = page_keywords(page, config)
+    if words:
+        _keywords[page.url] = words
+    return context
+
+
+def on_env(env, config, files):
+    listed = config.extra.get("search_keywords") or {}
+    for src in listed:
+        if files.get_file_from_path(src) is None:
+            log.warning("mkdocs.yml: extra.search_keywords names %s, which is not a page", src)
+    return env
+
+
 @event_priority(-50)  # after the search plugin writes the index (0), before the offline plugin reads it (-100)
 def on_post_build(config) -> None:
     index = pathlib.Path(config.site_dir) / "search" / "search_index.json"
@@ -173,4 +220,7 @@ def on_post_build(config) -> None:
         for field in ("title", "text"):
             if isinstance(doc.get(field), str):
                 doc[field] = plain_search_text(doc[field])
+        words = _keywords.get(doc.get("location"))
+        if words:  # the page's own entry, not its sections
+            doc["keywords"] = " ".join(words)
     index.write_text(json.dumps(data, separators=(",", ":"), ensure_ascii=False), encoding="utf-8")

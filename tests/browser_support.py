@@ -215,3 +215,24 @@ def fenced_blocks(markdown: str) -> list[str | None]:
         else:
             blocks.append(None)
     return blocks
+
+
+# ----------------------------------------------------------------------------
+# Search: what a reader types and the page it must find first
+# ----------------------------------------------------------------------------
+# Run-together and abbreviated forms (hooks/pages.py indexes them as hidden
+# keywords); tests/test_site.py ranks them against the built index, and
+# tests/test_browser.py types them into the real search box.
+TYPED_SEARCHES = {
+    "flashattention": ["efficiency/tiled-attention/", "efficiency/flash-triton/"],
+    "deltanet": ["linear/delta-rule/"],
+    "flexattention": ["efficiency/flex-attention/"],
+    "kvcache": ["efficiency/kv-cache/"],
+    "gqa": ["attention/grouped-query/"],
+    "mqa": ["attention/grouped-query/"],
+    "mha": ["attention/multi-head/"],
+    "multihead": ["attention/multi-head/"],
+    "mla": ["modern/latent-attention/"],
+    "gla": ["linear/gated-linear-attention/"],
+    "sdpa": ["foundations/scaled-dot-product/"],
+}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import pathlib
 import subprocess
@@ -34,16 +35,62 @@ def build_site(target: pathlib.Path, cache: pathlib.Path, *, cwd: pathlib.Path =
     return BuiltSite(target, result.stdout + result.stderr, time.perf_counter() - start, result.returncode, cache)
 
 
+def shared_dir(tmp_path_factory) -> pathlib.Path:
+    """A folder every xdist worker of this run sees (the run's own temporary
+    root), or this process's temporary root when the tests run in one process."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+def build_once(tmp_path_factory, name: str, *, extra_env=None, cache: pathlib.Path | None = None) -> BuiltSite:
+    """Build the site once per test run, however many xdist workers ask: the
+    first takes a file lock and builds, the others wait on the lock and read
+    what it recorded."""
+    from filelock import FileLock
+
+    base = shared_dir(tmp_path_factory) / name
+    record = base / "build.json"
+    with FileLock(str(base) + ".lock"):
+        if record.is_file():
+            data = json.loads(record.read_text(encoding="utf-8"))
+            return BuiltSite(pathlib.Path(data["path"]), data["log"], data["seconds"], data["returncode"],
+                             pathlib.Path(data["cache"]))
+        base.mkdir(parents=True, exist_ok=True)
+        site = build_site(base / "site", cache or base / "example-cache", cwd=base, extra_env=extra_env)
+        record.write_text(json.dumps({**dataclasses.asdict(site), "path": str(site.path), "cache": str(site.cache)}),
+                          encoding="utf-8")
+        print(f"\n{name}: {site.seconds:.1f} s")
+        return site
+
+
 @pytest.fixture(scope="session")
 def built_site(tmp_path_factory) -> BuiltSite:
     """The site built cold (empty example cache, so every example executes),
-    from a working directory other than the repository root."""
-    base = tmp_path_factory.mktemp("build")
-    site = build_site(base / "site", base / "example-cache", cwd=base)
-    print(f"\nsite build: {site.seconds:.1f} s")
+    from a working directory other than the repository root; one build per
+    run, shared by every worker."""
+    site = build_once(tmp_path_factory, "build")
     if site.returncode != 0:
         pytest.fail(f"mkdocs build --strict failed:\n{site.log[-6000:]}")
     return site
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
+def pytest_collection_modifyitems(config, items):
+    """Everything that reads the built site runs on one xdist worker (one
+    Chromium, one visit of every page); the unit tests share out over the rest."""
+    for item in items:
+        if item.get_closest_marker("site") or item.get_closest_marker("browser"):
+            item.add_marker(pytest.mark.xdist_group("site"))
+
+
+def pytest_configure(config):
+    """Under xdist each worker gets an equal share of the cores for torch's own
+    threads, so two workers on two cores do not each start two threads."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
+    if workers > 1:
+        import torch
+
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // workers))
 
 
 # ----------------------------------------------------------------------------
@@ -60,6 +107,16 @@ import torch  # noqa: E402
 # compiled kernels are tested instead, and the variable stays unset.
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
+
+# Hypothesis: no per-example deadline (a busy machine or a second xdist worker
+# slows an example without making it wrong); each worker draws its own examples.
+try:
+    from hypothesis import settings as _hypothesis_settings
+except ImportError:  # the tests that need it say so themselves
+    pass
+else:
+    _hypothesis_settings.register_profile("field-guide", deadline=None, print_blob=True)
+    _hypothesis_settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "field-guide"))
 
 DEVICES_ENV = "FIELD_GUIDE_TEST_DEVICES"
 # Modules that test the site, the files or the machine rather than tensor code:

@@ -99,3 +99,21 @@ def test_page_renders_newest_file_or_says_none(smoke, tmp_path):
 def test_committed_results_are_valid():
     for path in sorted(gpu.RESULTS.glob("gpu-*.json")):
         gpu.validate_results(json.loads(path.read_text(encoding="utf-8")))
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA device is present: the pass would run")
+def test_gpu_pass_without_cuda_says_so_and_writes_nothing(tmp_path):
+    """bench/gpu_pass.sh, the one command for a GPU machine, refuses cleanly here."""
+    import os
+    import subprocess
+    import sys
+
+    before = sorted(gpu.RESULTS.glob("gpu-*.json"))
+    result = subprocess.run(
+        ["bash", str(gpu.ROOT / "bench" / "gpu_pass.sh")],
+        env={**os.environ, "PYTHON": sys.executable, "GPU_PASS_OUT": str(tmp_path / "out")},
+        capture_output=True, text=True, timeout=120,
+    )
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "no CUDA device" in result.stderr
+    assert sorted(gpu.RESULTS.glob("gpu-*.json")) == before and not (tmp_path / "out").exists()

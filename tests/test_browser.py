@@ -52,6 +52,8 @@ SEARCHES = {
     # FlashAttention's idea is taught on the tiled-attention page (a section
     # title names it); a page on a Triton flash kernel would do as well.
     "flash": ["efficiency/tiled-attention/", "efficiency/flash-triton/"],
+    # Run-together and abbreviated forms (hidden keywords, hooks/pages.py).
+    **bs.TYPED_SEARCHES,
 }
 
 

@@ -12,6 +12,7 @@ import textwrap
 
 import pytest
 
+import browser_support as bs
 from conftest import ROOT
 
 pytestmark = pytest.mark.site
@@ -448,3 +449,56 @@ def test_example_pages_offer_a_zip_that_runs_alone(built_site):
         assert f'href="../{example.stem}.zip" download' in raw, f"examples/{example.stem}/ has no zip link"
         with zipfile.ZipFile(archive) as opened:
             assert f"{example.stem}/{example.name}" in opened.namelist()
+
+
+# ---------------------------------------------------------------- search ----
+def rank_pages(index: dict, query: str) -> list[str]:
+    """Pages in the order a lunr search like Material's ranks them: each term
+    of the query matches the index tokens it starts (the separator and fields
+    of the index's own config), a field's matches count by its boost and by how
+    rare the term is, an entry's own boost scales it (examples carry 0.5), and
+    a page ranks by its best entry. Material's worker (lunr) also stems words;
+    tests/test_browser.py types the same queries into the real search box."""
+    import math
+
+    config = index["config"]
+    split = re.compile(config["separator"])
+    fields = {name: spec.get("boost", 1.0) for name, spec in config["fields"].items()}
+    docs = index["docs"]
+
+    def tokens(text) -> list[str]:
+        text = " ".join(text) if isinstance(text, list) else str(text or "")
+        return [t.lower() for t in split.split(text) if t]
+
+    tokenised = [{name: tokens(doc.get(name)) for name in fields} for doc in docs]
+    scores: dict[str, float] = {}
+    for term in tokens(query):
+        holders = [i for i, doc in enumerate(tokenised) if any(t.startswith(term) for ts in doc.values() for t in ts)]
+        if not holders:
+            continue
+        idf = math.log(1 + (len(docs) - len(holders) + 0.5) / (len(holders) + 0.5))
+        for i in holders:
+            tf = {name: sum(t.startswith(term) for t in ts) for name, ts in tokenised[i].items()}
+            score = docs[i].get("boost", 1.0) * sum(fields[name] * idf * n / (1.2 + n) for name, n in tf.items() if n)
+            page = docs[i]["location"].split("#")[0]
+            scores[page] = max(scores.get(page, 0.0), score)
+    return sorted(scores, key=scores.get, reverse=True)
+
+
+@pytest.mark.parametrize("query", list(bs.TYPED_SEARCHES))
+def test_search_index_finds_the_forms_people_type(built_site, query):
+    import json
+
+    index = json.loads((built_site.path / "search" / "search_index.json").read_text(encoding="utf-8"))
+    assert "keywords" in index["config"]["fields"], "the keywords field is not in the search config"
+    ranked = rank_pages(index, query)
+    wanted = bs.TYPED_SEARCHES[query]
+    assert ranked and ranked[0] in wanted, f"search {query!r}: top pages {ranked[:5]}, wanted one of {wanted}"
+
+
+def test_search_keywords_come_from_titles_and_the_config():
+    pages_hook = load_hook("pages")
+    assert pages_hook.title_keywords("DeltaNet and Gated DeltaNet") == ["deltanet"]
+    assert pages_hook.title_keywords("FlexAttention: every mask as a function") == ["flexattention"]
+    assert pages_hook.title_keywords("Grouped-query and multi-query attention") == ["groupedquery", "multiquery"]
+    assert pages_hook.title_keywords("The KV cache") == []

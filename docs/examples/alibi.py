@@ -43,7 +43,7 @@ print("bias", tuple(bias.shape), "= (H, N, M)")
 fig, axes = plt.subplots(2, 4, figsize=(11, 5.5))
 for h, ax in enumerate(axes.flat):
     shown = bias[h].masked_fill(torch.isinf(bias[h]), float("nan"))
-    im = ax.imshow(shown, cmap="magma", vmin=-(N - 1) / 2, vmax=0)
+    im = ax.imshow(shown.numpy(), cmap="magma", vmin=-(N - 1) / 2, vmax=0)
     ax.set_title(f"head {h + 1}, m = 1/{round(1 / slopes[h].item())}")
     ax.set_xticks([])
     ax.set_yticks([])

@@ -83,7 +83,7 @@ fig, axes = plt.subplots(1, 2, figsize=(10, 4.4))
 cmap = ListedColormap(["#bbbbbb", "#ff9f43", "#2e86de"])
 for ax, (n, m) in zip(axes, [(512, 512), (256, 512)]):
     kinds = tile_kinds(n, m, 64, 64)
-    ax.imshow(kinds, cmap=cmap, vmin=0, vmax=2, extent=(0, m, n, 0))
+    ax.imshow(kinds.numpy(), cmap=cmap, vmin=0, vmax=2, extent=(0, m, n, 0))
     ax.set_xticks(range(0, m + 1, 64))
     ax.set_yticks(range(0, n + 1, 64))
     ax.grid(color="white", linewidth=1.5)

@@ -53,7 +53,7 @@ patterns = {
 fig, axes = plt.subplots(2, 3, figsize=(11, 7))
 for ax, (title, (mod, rows, cols)) in zip(axes.flat, patterns.items()):
     mask = dense_mask(mod, rows, cols)[0, 0]  # (N, M), True = may attend
-    ax.imshow(mask, cmap="Blues", vmin=0, vmax=1.3)
+    ax.imshow(mask.numpy(), cmap="Blues", vmin=0, vmax=1.3)
     ax.set_title(title, fontsize=10)
     ax.set_xlabel("key j")
     ax.set_ylabel("query i")
@@ -82,7 +82,7 @@ s = torch.linspace(-15, 15, 301)
 capped = soft_cap_score_mod(cap)(s, 0, 0, 0, 0)
 
 fig, (ax0, ax1) = plt.subplots(1, 2, figsize=(10, 4))
-im = ax0.imshow(bias, cmap="viridis")
+im = ax0.imshow(bias.numpy(), cmap="viridis")
 ax0.set_title(f"ALiBi bias, head 0 (slope {slopes[0].item():.3f})")
 ax0.set_xlabel("key j")
 ax0.set_ylabel("query i")
@@ -136,7 +136,7 @@ for name, mod in big.items():
 colors = ListedColormap(["#ffffff", "#9ecae1", "#08519c"])
 fig, axes = plt.subplots(2, 3, figsize=(11, 7.5))
 for ax, (name, state) in zip(axes.flat, tiles.items()):
-    ax.imshow(state, cmap=colors, vmin=0, vmax=2)
+    ax.imshow(state.numpy(), cmap=colors, vmin=0, vmax=2)
     ax.set_title(name, fontsize=10)
     ax.set_xlabel("key tile")
     ax.set_ylabel("query tile")

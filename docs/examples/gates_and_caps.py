@@ -122,7 +122,7 @@ x = torch.randn(1, 12, D)
 with torch.no_grad():
     g = torch.sigmoid(gate.gate_proj(x)).view(12, H, d).mean(-1)  # (N, H)
 fig, ax = plt.subplots(figsize=(5, 4))
-im = ax.imshow(g, cmap="viridis", vmin=0, vmax=1, aspect="auto")
+im = ax.imshow(g.numpy(), cmap="viridis", vmin=0, vmax=1, aspect="auto")
 ax.set_xlabel("head")
 ax.set_ylabel("token")
 ax.set_title("mean output gate per head and token")

@@ -37,7 +37,7 @@ print("additive form of causal_mask(3, 6):\n", bool_to_additive(lower_right))
 
 
 def draw(ax, mask, title, rows="query i"):
-    ax.imshow(mask.float(), cmap="gray", vmin=0, vmax=1)
+    ax.imshow(mask.float().numpy(), cmap="gray", vmin=0, vmax=1)
     ax.set_title(title, fontsize=9)
     ax.set_xlabel("key j")
     ax.set_ylabel(rows)

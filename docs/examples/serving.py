@@ -64,7 +64,7 @@ owner = torch.full((16,), -1)
 for s in seqs:
     owner[cache.block_table(s)] = s
 fig, ax = plt.subplots(figsize=(9, 1.6))
-ax.imshow(owner.view(1, -1) + 1, cmap=ListedColormap(["#ffffff", "#1f77b4", "#ff7f0e", "#2ca02c"]), vmin=0, vmax=3)
+ax.imshow((owner.view(1, -1) + 1).numpy(), cmap=ListedColormap(["#ffffff", "#1f77b4", "#ff7f0e", "#2ca02c"]), vmin=0, vmax=3)
 for p, o in enumerate(owner.tolist()):
     ax.text(p, 0, "free" if o < 0 else f"s{o}", ha="center", va="center", fontsize=8)
 ax.set_yticks([])
@@ -91,7 +91,7 @@ for row, padding in enumerate(("right", "left")):
     mask = ragged_causal_mask(batch_lengths, n, padding=padding)  # (B, 1, n, n)
     for b, length in enumerate(batch_lengths):
         ax = axes[row, b]
-        ax.imshow(mask[b, 0], cmap="Blues", vmin=0, vmax=1.3)
+        ax.imshow(mask[b, 0].numpy(), cmap="Blues", vmin=0, vmax=1.3)
         ax.set_title(f"{padding} padding, L = {length}", fontsize=9)
         ax.set_xlabel("key slot")
         ax.set_ylabel("query slot")

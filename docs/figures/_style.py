@@ -104,7 +104,7 @@ class Style:
     def heat(self, ax, values, title: str = "", xlabel="key j", ylabel="query i", annotate=False, fmt="{:.2f}",
              vmin=None, vmax=None, cmap=None):
         """A real (N, M) matrix as coloured cells."""
-        values = values.detach().float().cpu() if hasattr(values, "detach") else values
+        values = values.detach().float().cpu().numpy() if hasattr(values, "detach") else values
         n, m = values.shape
         image = ax.imshow(values, cmap=cmap or self.cmap, vmin=vmin, vmax=vmax,
                           extent=(0, m, n, 0), interpolation="nearest", aspect="equal")

@@ -86,7 +86,7 @@ def co_attention_weights(s):
         (axes[0], a_q[0], s.a, "a_q: over the 5 question words", "word"),
         (axes[1], a_v[0], s.b, "a_v: over the 9 image regions", "region"),
     ):
-        ax.bar(range(len(weights)), weights.float(), color=colour)
+        ax.bar(range(len(weights)), weights.float().tolist(), color=colour)
         ax.set_title(title)
         ax.set_xlabel(xlabel)
         ax.set_xticks(range(len(weights)))

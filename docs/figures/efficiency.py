@@ -46,11 +46,11 @@ def online_softmax_tiles(s):
         ax.hlines(running_max[b], b * block - 0.5, 15.5, colors=s.accents[b], linestyles="--", linewidth=1)
         ax.text(b * block + 1.5, -3.4, f"block {b}\nm = {running_max[b]:.2f}\nl = {running_sum[b]:.2f}",
                 ha="center", va="bottom", fontsize=6.5, color=s.ink)
-    ax.bar(range(16), row, color=s.muted, width=0.7)
+    ax.bar(range(16), row.tolist(), color=s.muted, width=0.7)
     ax.set_xlim(-0.5, 15.5)
     ax.set_ylim(-3.5, 3.5)
     ax.set_title("scores of one query, read 4 keys at a time: running max m and sum l")
-    axes[1].bar(range(16), weights, color=s.a, width=0.7)
+    axes[1].bar(range(16), weights.tolist(), color=s.a, width=0.7)
     axes[1].set_xlim(-0.5, 15.5)
     axes[1].set_title("online_softmax(block_size=4) = softmax, from one pass")
     axes[1].set_xlabel("key j")

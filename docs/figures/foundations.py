@@ -71,7 +71,7 @@ def sinusoids(s):
     """The sinusoidal encoding: fast waves in the first dimensions, slow ones later."""
     pe = sinusoidal_positional_encoding(48, 32)
     fig, axes = s.figure(7.4, 2.6, ncols=2, gridspec_kw={"width_ratios": [1.25, 1]}, adjust={"left": 0.08, "top": 0.88, "bottom": 0.17})
-    image = axes[0].imshow(pe.T, cmap="RdBu_r" if s.palette == "light" else "coolwarm", vmin=-1, vmax=1,
+    image = axes[0].imshow(pe.T.numpy(), cmap="RdBu_r" if s.palette == "light" else "coolwarm", vmin=-1, vmax=1,
                            aspect="auto", interpolation="nearest")
     axes[0].set_xlabel("position t")
     axes[0].set_ylabel("dimension")

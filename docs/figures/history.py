@@ -60,7 +60,7 @@ def additive_alignment(s):
     s.arrow(ax, (2.4, 1.1), (2.9, 1.8))
     s.arrow(ax, (6.3, 2.15), (7.3, 2.15))
     ax.set_title("additive score (one small network per pair)")
-    axes[1].bar(range(7), weights[0, 0].float(), color=s.a)
+    axes[1].bar(range(7), weights[0, 0].float().tolist(), color=s.a)
     axes[1].set_xlabel("source position j")
     axes[1].set_title("α_ij = softmax_j(e_ij)")
     return fig
@@ -93,9 +93,9 @@ def luong_global_local(s):
         _, global_weights = global_attn(query, keys)
         _, local_weights = local_attn(query, keys)
     fig, axes = s.figure(7.4, 2.3, ncols=2, adjust={"left": 0.08, "bottom": 0.2, "top": 0.87}, sharey=True)
-    axes[0].bar(range(20), global_weights[0, 0].float(), color=s.a)
+    axes[0].bar(range(20), global_weights[0, 0].float().tolist(), color=s.a)
     axes[0].set_title("global: all 20 source states")
-    axes[1].bar(range(20), local_weights[0, 0].float(), color=s.b)
+    axes[1].bar(range(20), local_weights[0, 0].float().tolist(), color=s.b)
     axes[1].set_title("local-p, R = 3: a window around p_t")
     for ax in axes:
         ax.set_xlabel("source position s")

@@ -3,6 +3,14 @@
 // closes it and gives the focus back to the figure. Nothing is loaded from
 // elsewhere. document$ fires on the first load and after every instant
 // navigation; DOMContentLoaded covers file:// (see katex.js).
+//
+// Why not mkdocs-glightbox (0.5.3, checked against this site): the GLightbox
+// 3.3.1 it bundles neither moves the focus into its dialog when it opens nor
+// gives it back to the figure when it closes (a keyboard reader is left at
+// the top of the page), the plugin copies every notebook figure's data: URI
+// into a link around it (the example pages would carry each PNG twice), and
+// its white backdrop hides the dark palette's light-ink figures. Material has
+// no zoom of its own. This file does the three things and loads nothing.
 (function () {
   var FIGURES = ".md-content .jupyter-wrapper .jp-RenderedImage img, .md-content img.fg-drawn, .md-content img.fg-figure";
   var layer = null;
