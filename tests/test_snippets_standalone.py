@@ -150,7 +150,7 @@ SMOKE: dict[str, tuple[str, str]] = {
     ),
     "attention/alibi.py": ("result = m.alibi_slopes(8)[-1].item()", "0.00390625"),
     "attention/rotary.py": (
-        "cos, sin = m.rotary_cache(3, 8); x = torch.randn(1, 3, 8)\n"
+        "cos, sin = m.rotary_tables(torch.arange(3), 8); x = torch.randn(1, 1, 3, 8)\n"
         "result = torch.allclose(m.apply_rotary(x, cos, sin).norm(dim=-1), x.norm(dim=-1), atol=1e-5)",
         "True",
     ),
