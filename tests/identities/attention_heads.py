@@ -82,3 +82,70 @@ def rope_decode_equals_full_pass():
     q_full, _ = rope(q, k, offset=3)
     q_last, _ = rope(q[..., -1:, :], k, offset=3)
     return q_last, q_full[..., -1:, :]
+
+
+# --- multi-head -------------------------------------------------------------------
+
+PAGE_MHA = "attention/multi-head.md"
+
+
+def _torch_mha(d_model=16, n_heads=4, **kw):
+    from torch import nn
+
+    mha = nn.MultiheadAttention(d_model, n_heads, batch_first=True, **kw).double().eval()
+    with torch.no_grad():  # torch starts biases at zero: random ones prove they are copied
+        mha.in_proj_bias.normal_()
+        mha.out_proj.bias.normal_()
+    return mha
+
+
+@identity("mha-equals-torch-multihead",
+          "MultiHeadAttention equals nn.MultiheadAttention with its weights copied in "
+          "(self-attention, a causal mask and padded keys, masks converted to True = blocked)",
+          page=PAGE_MHA, tol=1e-12)
+def mha_equals_torch_multihead():
+    from snippets.attention.multi_head import MultiHeadAttention
+
+    theirs = _torch_mha()
+    ours = MultiHeadAttention.from_torch(theirs)
+    x = _randn(2, 6, 16)
+    key_mask = torch.ones(2, 6, dtype=torch.bool)
+    key_mask[1, 4:] = False
+    causal = torch.ones(6, 6, dtype=torch.bool).tril()
+    out, _ = ours(x, attn_mask=causal, key_mask=key_mask)
+    ref, _ = theirs(x, x, x, attn_mask=~causal, key_padding_mask=~key_mask, need_weights=False)
+    return out, ref
+
+
+@identity("mha-cross-kdim-vdim-equals-torch",
+          "MultiHeadAttention with kdim and vdim (three projections) equals "
+          "nn.MultiheadAttention on cross-attention, weights returned per head and averaged",
+          page=PAGE_MHA, tol=1e-12)
+def mha_cross_kdim_vdim_equals_torch():
+    from snippets.attention.multi_head import MultiHeadAttention
+
+    theirs = _torch_mha(kdim=5, vdim=7)
+    ours = MultiHeadAttention.from_torch(theirs)
+    query, key, value = _randn(2, 4, 16), _randn(2, 6, 5), _randn(2, 6, 7)
+    out, weights = ours(query, key, value, need_weights=True)
+    ref, ref_weights = theirs(query, key, value, need_weights=True)
+    return torch.cat([out.flatten(), weights.mean(1).flatten()]), torch.cat(
+        [ref.flatten(), ref_weights.flatten()])
+
+
+@identity("mha-fast-path-equals-written-out",
+          "MultiHeadAttention's F.scaled_dot_product_attention path equals its written-out "
+          "kernel, with a float mask, padded keys, a lower-right causal mask and an empty row",
+          page=PAGE_MHA, tol=1e-12)
+def mha_fast_path_equals_written_out():
+    from snippets.attention.multi_head import MultiHeadAttention
+
+    mha = MultiHeadAttention(16, 4).double().eval()
+    query, memory = _randn(2, 4, 16), _randn(2, 6, 16)
+    key_mask = torch.ones(2, 6, dtype=torch.bool)
+    key_mask[1, :] = False  # the second sequence has no real key: its rows give zeros
+    float_mask = _randn(2, 1, 4, 6)
+    kw = dict(attn_mask=float_mask, key_mask=key_mask, is_causal=True)
+    fast, _ = mha(query, memory, **kw)
+    slow, _ = mha(query, memory, **kw, need_weights=True)
+    return fast, slow
