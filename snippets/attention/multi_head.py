@@ -123,7 +123,7 @@ def _combine_masks(
 
 
 # --8<-- [start:validate]
-def _check_heads(d_model: int, n_heads: int, dropout: float, **widths) -> None:
+def _check_mha_sizes(d_model: int, n_heads: int, dropout: float, **widths) -> None:
     """Refuse sizes that do not split into heads and a dropout outside [0, 1)."""
     for name, value in (("d_model", d_model), ("n_heads", n_heads), *widths.items()):
         if value is not None and (not isinstance(value, int) or value <= 0):
@@ -137,7 +137,7 @@ def _check_heads(d_model: int, n_heads: int, dropout: float, **widths) -> None:
         raise ValueError(f"dropout must be a float in [0, 1), got {dropout!r}")
 
 
-def _check_tokens(weight: Tensor, **tokens: tuple[Tensor, int, str]) -> None:
+def _check_token_inputs(weight: Tensor, **tokens: tuple[Tensor, int, str]) -> None:
     """Refuse (B, L, width) inputs of another width, batch, dtype or device."""
     batch = None
     for name, (t, width, width_name) in tokens.items():
@@ -165,7 +165,7 @@ def _check_tokens(weight: Tensor, **tokens: tuple[Tensor, int, str]) -> None:
             )
 
 
-def _check_masks(
+def _check_score_masks(
     attn_mask: Tensor | None, key_mask: Tensor | None, shape: tuple, like: Tensor
 ) -> None:
     """Refuse masks that do not fit scores of shape (B, H, N, M) on like's device."""
@@ -244,7 +244,7 @@ class MultiHeadAttention(nn.Module):
         vdim: int | None = None,
     ) -> None:
         super().__init__()
-        _check_heads(d_model, n_heads, dropout, kdim=kdim, vdim=vdim)
+        _check_mha_sizes(d_model, n_heads, dropout, kdim=kdim, vdim=vdim)
         self.d_model, self.n_heads, self.d_head = d_model, n_heads, d_model // n_heads
         self.dropout = float(dropout)
         self.kdim = d_model if kdim is None else kdim
@@ -286,7 +286,7 @@ class MultiHeadAttention(nn.Module):
     def _check_forward(self, query, key, value, attn_mask, key_mask) -> None:
         """Refuse inputs and masks that do not fit this module or each other."""
         w = self.out_proj.weight
-        _check_tokens(w, query=(query, self.d_model, "D"), key=(key, self.kdim, "kdim"),
+        _check_token_inputs(w, query=(query, self.d_model, "D"), key=(key, self.kdim, "kdim"),
                       value=(value, self.vdim, "vdim"))
         if value.shape[1] != key.shape[1]:
             raise ValueError(
@@ -294,7 +294,7 @@ class MultiHeadAttention(nn.Module):
                 f"{tuple(key.shape)} and value {tuple(value.shape)}"
             )
         b, n, m = query.shape[0], query.shape[1], key.shape[1]
-        _check_masks(attn_mask, key_mask, (b, self.n_heads, n, m), query)
+        _check_score_masks(attn_mask, key_mask, (b, self.n_heads, n, m), query)
     # --8<-- [end:module]
 
     # --8<-- [start:forward]
