@@ -150,7 +150,7 @@ def _(s):
     calls = _attention_module(gqa_mod.GroupedQueryAttention, init, specs, s, kdim=d_model, vdim=d_model)
     mha = nn.MultiheadAttention(d_model, 4, batch_first=True)
     calls.append(Call(gqa_mod.GroupedQueryAttention.from_torch, {"mha": mha, "n_kv_heads": 2},
-                      {"mha": NOT_A_MODULE, "n_kv_heads": Bad(0, 3, 2.5, "2")}, "from_torch"))
+                      {"mha": NOT_A_MODULE, "n_kv_heads": Bad(0, 3, 2.5)}, "from_torch"))
     return calls
 
 

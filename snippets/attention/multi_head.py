@@ -136,7 +136,10 @@ def _check_mha_sizes(d_model: int, n_heads: int, dropout: float, **widths) -> No
     if not isinstance(dropout, (int, float)) or not 0.0 <= dropout < 1.0:
         raise ValueError(f"dropout must be a float in [0, 1), got {dropout!r}")
 
+# --8<-- [end:validate]
 
+
+# --8<-- [start:check_inputs]
 def _check_token_inputs(weight: Tensor, **tokens: tuple[Tensor, int, str]) -> None:
     """Refuse (B, L, width) inputs of another width, batch, dtype or device."""
     batch = None
@@ -201,7 +204,7 @@ def _check_score_masks(
                 f"key_mask must have shape (B, M) = {(b, m)}, "
                 f"got shape {tuple(key_mask.shape)}"
             )
-# --8<-- [end:validate]
+# --8<-- [end:check_inputs]
 
 
 # --8<-- [start:module]
@@ -286,8 +289,10 @@ class MultiHeadAttention(nn.Module):
     def _check_forward(self, query, key, value, attn_mask, key_mask) -> None:
         """Refuse inputs and masks that do not fit this module or each other."""
         w = self.out_proj.weight
-        _check_token_inputs(w, query=(query, self.d_model, "D"), key=(key, self.kdim, "kdim"),
-                      value=(value, self.vdim, "vdim"))
+        _check_token_inputs(
+            w, query=(query, self.d_model, "D"), key=(key, self.kdim, "kdim"),
+            value=(value, self.vdim, "vdim"),
+        )
         if value.shape[1] != key.shape[1]:
             raise ValueError(
                 f"key and value must have the same length M, got key "

@@ -149,3 +149,86 @@ def mha_fast_path_equals_written_out():
     fast, _ = mha(query, memory, **kw)
     slow, _ = mha(query, memory, **kw, need_weights=True)
     return fast, slow
+
+
+# --- grouped-query ----------------------------------------------------------------
+
+PAGE_GQA = "attention/grouped-query.md"
+
+
+def _gqa(n_kv_heads, d_model=16, n_heads=4):
+    from snippets.attention.grouped_query import GroupedQueryAttention
+
+    return GroupedQueryAttention(d_model, n_heads, n_kv_heads).double().eval()
+
+
+def _heads(x, h):
+    b, n, _ = x.shape
+    return x.view(b, n, h, -1).transpose(1, 2)  # (B, N, h d) -> (B, h, N, d)
+
+
+@identity("gqa-equals-mha-on-repeated-heads",
+          "GroupedQueryAttention's written-out grouped kernel equals multi-head attention on "
+          "key/value heads copied G times with repeat_kv, causal",
+          page=PAGE_GQA, tol=1e-12)
+def gqa_equals_mha_on_repeated_heads():
+    from snippets.attention.grouped_query import repeat_kv
+
+    m = _gqa(2)
+    x = _randn(2, 5, 16)
+    ours, _ = m(x, is_causal=True, need_weights=True)
+    q = _heads(m.q_proj(x), 4)
+    k, v = (repeat_kv(_heads(p(x), 2), 2) for p in (m.k_proj, m.v_proj))
+    causal = torch.ones(5, 5, dtype=torch.bool).tril()
+    scores = (q @ k.transpose(-2, -1) / math.sqrt(4)).masked_fill(~causal, float("-inf"))
+    out = torch.softmax(scores, dim=-1) @ v  # (B, H, N, d)
+    return ours, m.out_proj(out.transpose(1, 2).reshape(2, 5, 16))
+
+
+@identity("gqa-equals-sdpa-enable-gqa",
+          "GroupedQueryAttention's written-out kernel equals "
+          "F.scaled_dot_product_attention(..., enable_gqa=True) on its projected heads, "
+          "with padded keys",
+          page=PAGE_GQA, tol=1e-12)
+def gqa_equals_sdpa_enable_gqa():
+    import torch.nn.functional as F
+
+    m = _gqa(2)
+    x, memory = _randn(2, 3, 16), _randn(2, 6, 16)
+    key_mask = torch.ones(2, 6, dtype=torch.bool)
+    key_mask[0, 4:] = False
+    ours, _ = m(x, memory, key_mask=key_mask, need_weights=True)
+    q = _heads(m.q_proj(x), 4)
+    k, v = _heads(m.k_proj(memory), 2), _heads(m.v_proj(memory), 2)
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=key_mask[:, None, None, :],
+                                         enable_gqa=True)
+    return ours, m.out_proj(out.transpose(1, 2).reshape(2, 3, 16))
+
+
+@identity("gqa-with-one-kv-head-is-multi-query",
+          "GroupedQueryAttention with H_kv = 1 is multi-query attention: every query head "
+          "reads the one key/value head, written out with broadcasting",
+          page=PAGE_GQA, tol=1e-12)
+def gqa_with_one_kv_head_is_multi_query():
+    m = _gqa(1)
+    x = _randn(2, 5, 16)
+    ours, _ = m(x)  # the fast path
+    q = _heads(m.q_proj(x), 4)  # (B, H, N, d)
+    k, v = m.k_proj(x).unsqueeze(1), m.v_proj(x).unsqueeze(1)  # (B, 1, N, d): one head
+    out = torch.softmax(q @ k.transpose(-2, -1) / 2.0, dim=-1) @ v
+    return ours, m.out_proj(out.transpose(1, 2).reshape(2, 5, 16))
+
+
+@identity("gqa-full-heads-equals-torch-multihead",
+          "GroupedQueryAttention.from_torch with H_kv = H equals nn.MultiheadAttention "
+          "(nothing pooled), on the fast path and the written-out path",
+          page=PAGE_GQA, tol=1e-12)
+def gqa_full_heads_equals_torch_multihead():
+    from snippets.attention.grouped_query import GroupedQueryAttention
+
+    theirs = _torch_mha()
+    ours = GroupedQueryAttention.from_torch(theirs, 4)
+    x = _randn(2, 5, 16)
+    ref, _ = theirs(x, x, x, need_weights=False)
+    fast, slow = ours(x)[0], ours(x, need_weights=True)[0]
+    return torch.stack([fast, slow]), torch.stack([ref, ref])
