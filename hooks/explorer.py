@@ -58,7 +58,7 @@ _state: dict = {}
 # The model and its export (also imported by tests/test_explorer.py)
 # ----------------------------------------------------------------------------
 def _make_block(c):
-    from snippets.architecture.block import TransformerBlock
+    from snippets.architecture.transformer_block import TransformerBlock
     from snippets.attention.multi_head import MultiHeadAttention
 
     attention = MultiHeadAttention(c.d_model, c.n_heads, dropout=c.dropout)
