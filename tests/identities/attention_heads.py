@@ -232,3 +232,50 @@ def gqa_full_heads_equals_torch_multihead():
     ref, _ = theirs(x, x, x, need_weights=False)
     fast, slow = ours(x)[0], ours(x, need_weights=True)[0]
     return torch.stack([fast, slow]), torch.stack([ref, ref])
+
+
+# --- ALiBi ------------------------------------------------------------------------
+
+PAGE_ALIBI = "attention/alibi.md"
+
+
+@identity("alibi-bias-is-the-written-equation",
+          "alibi_bias equals -m_h (i + M - N - j) written entry by entry, -inf on future keys, "
+          "with the paper's slopes 2^(-8h/H)",
+          page=PAGE_ALIBI, tol=0.0)
+def alibi_bias_is_the_written_equation():
+    from snippets.attention.alibi import alibi_bias, alibi_slopes
+
+    h, n, m = 8, 3, 5
+    slopes = alibi_slopes(h, dtype=torch.float64)
+    want = torch.empty(h, n, m, dtype=torch.float64)
+    for head in range(h):
+        for i in range(n):
+            for j in range(m):
+                dist = i + (m - n) - j
+                slope = 2.0 ** (-8.0 * (head + 1) / h)
+                want[head, i, j] = -slope * dist if dist >= 0 else float("-inf")
+    ours = alibi_bias(slopes, n, m)
+
+    def split(t):  # -inf - -inf is NaN: compare where the -inf are, and the finite rest
+        return torch.stack([torch.isneginf(t).double(), t.masked_fill(torch.isinf(t), 0.0)])
+
+    return split(ours), split(want)
+
+
+@identity("alibi-equals-sdpa-with-float-mask",
+          "alibi_attention equals softmax(q k^T / sqrt(d) + bias) v written out, and "
+          "F.scaled_dot_product_attention given the bias as a float mask (N < M)",
+          page=PAGE_ALIBI, tol=1e-12)
+def alibi_equals_sdpa_with_float_mask():
+    import torch.nn.functional as F
+
+    from snippets.attention.alibi import alibi_attention, alibi_bias, alibi_slopes
+
+    q, k, v = _randn(2, 4, 3, 8), _randn(2, 4, 6, 8), _randn(2, 4, 6, 8)
+    slopes = alibi_slopes(4, dtype=torch.float64)
+    bias = alibi_bias(slopes, 3, 6)
+    written = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(8) + bias, dim=-1) @ v
+    sdpa = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
+    ours = alibi_attention(q, k, v, slopes)
+    return torch.stack([ours, ours]), torch.stack([written, sdpa])
