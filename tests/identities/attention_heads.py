@@ -279,3 +279,40 @@ def alibi_equals_sdpa_with_float_mask():
     sdpa = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
     ours = alibi_attention(q, k, v, slopes)
     return torch.stack([ours, ours]), torch.stack([written, sdpa])
+
+
+# --- common mistakes --------------------------------------------------------------
+
+PAGE_MISTAKES = "attention/common-mistakes.md"
+
+
+@identity("cached-decode-equals-full-causal-pass",
+          "Decoding the last N of M tokens with a lower-right causal mask (the mask written "
+          "out, and torch's causal_lower_right) equals the last N rows of a full causal pass",
+          page=PAGE_MISTAKES, tol=1e-12)
+def cached_decode_equals_full_causal_pass():
+    import torch.nn.functional as F
+
+    from snippets.attention import common_mistakes as cm
+
+    q, k, v = _randn(2, 3, 7, 8), _randn(2, 3, 7, 8), _randn(2, 3, 7, 8)
+    full = F.scaled_dot_product_attention(q, k, v, is_causal=True)[..., -2:, :]
+    last = q[..., -2:, :]
+    return torch.stack([cm.cached_decode(last, k, v), cm.cached_decode_bias(last, k, v)]), \
+        torch.stack([full, full])
+
+
+@identity("sequence-first-transposed-equals-batch-first",
+          "A sequence-first nn.MultiheadAttention given (B, N, D) transposed in and out equals "
+          "the batch-first module with the same weights",
+          page=PAGE_MISTAKES, tol=1e-12)
+def sequence_first_transposed_equals_batch_first():
+    from torch import nn
+
+    from snippets.attention import common_mistakes as cm
+
+    seq_first = nn.MultiheadAttention(16, 4).double().eval()
+    batch_first = nn.MultiheadAttention(16, 4, batch_first=True).double().eval()
+    batch_first.load_state_dict(seq_first.state_dict())
+    x = _randn(3, 5, 16)
+    return cm.mha_self_attend(seq_first, x), batch_first(x, x, x, need_weights=False)[0]
