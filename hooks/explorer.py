@@ -58,7 +58,7 @@ _state: dict = {}
 # The model and its export (also imported by tests/test_explorer.py)
 # ----------------------------------------------------------------------------
 def _make_block(c):
-    from snippets.architecture.block import TransformerBlock
+    from snippets.architecture.transformer_block import TransformerBlock
     from snippets.attention.multi_head import MultiHeadAttention
 
     attention = MultiHeadAttention(c.d_model, c.n_heads, dropout=c.dropout)
@@ -110,12 +110,15 @@ def queries_and_keys(model, ids):
     """Per layer, the heads' queries and keys: ``(q, k)``, each ``(B, H, N, d)``."""
     import torch
 
+    from snippets.attention.multi_head import split_heads
+
     out = []
     with torch.no_grad():
         for block, x in zip(model.layers, layer_inputs(model, ids)):
             attention = block.attention
             q, k, _ = attention._project(x, x, x)  # (B, N, D) each
-            out.append((attention._split_heads(q), attention._split_heads(k)))  # (B, H, N, d) each
+            h = attention.n_heads
+            out.append((split_heads(q, h), split_heads(k, h)))  # (B, H, N, d) each
     return out
 
 

@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch.testing import assert_close
 
 from huge_scores import WrittenOut, keys_against_queries
-from snippets.architecture.block import TransformerBlock
+from snippets.architecture.transformer_block import TransformerBlock
 from snippets.attention.multi_head import MultiHeadAttention
 from snippets.history.bert import (
     IGNORE_INDEX,

@@ -18,7 +18,7 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from snippets.architecture.block import TransformerBlock
+from snippets.architecture.transformer_block import TransformerBlock
 from snippets.attention.multi_head import MultiHeadAttention
 from snippets.history.bert import (
     BertClassifier,

@@ -1,4 +1,4 @@
-"""Tests for snippets/architecture/block.py.
+"""Tests for snippets/architecture/transformer_block.py.
 
 Oracle: nn.TransformerEncoderLayer(batch_first=True) in eval mode, pre-norm and
 post-norm, GELU and ReLU, with the norms and the MLP copied by
@@ -18,10 +18,10 @@ from torch import nn
 from torch.testing import assert_close
 
 from huge_scores import WrittenOut, keys_against_queries
-from snippets.architecture.block import TorchAttention, TransformerBlock
+from snippets.architecture.transformer_block import TorchAttention, TransformerBlock
 from snippets.attention.multi_head import MultiHeadAttention
 
-SNIPPET = Path(__file__).resolve().parents[1] / "snippets" / "architecture" / "block.py"
+SNIPPET = Path(__file__).resolve().parents[1] / "snippets" / "architecture" / "transformer_block.py"
 B, N, D, H, D_FF = 2, 6, 16, 4, 32
 
 
@@ -315,7 +315,7 @@ def test_torch_attention_checks_x_and_both_masks():
         ((x.long(),), {}, TypeError, r"x must have a floating dtype, got torch.int64"),
         ((x.double(),), {}, TypeError, r"x must have the module's dtype torch.float32, got torch.float64"),
         ((x.to("meta"),), {}, ValueError, r"x must be on the module's device cpu, got meta"),
-        ((x,), {"attn_mask": [[True]]}, TypeError, r"attn_mask must be a torch.Tensor or None, got list"),
+        ((x,), {"attn_mask": [[True]]}, TypeError, r"attn_mask must be torch.bool .*, got list"),
         ((x,), {"attn_mask": torch.ones(3, 3, dtype=torch.long)}, TypeError,
          r"attn_mask must be torch.bool \(True = may attend\) or torch.float32 \(added to the scores\), got torch.int64"),
         ((x,), {"attn_mask": torch.ones(3, 3, dtype=torch.bool, device="meta")}, ValueError,

@@ -18,7 +18,7 @@ from torch import nn
 from torch.testing import assert_close
 
 from huge_scores import WrittenOut, keys_against_queries
-from snippets.architecture.block import TransformerBlock
+from snippets.architecture.transformer_block import TransformerBlock
 from snippets.architecture.encoder_decoder import Decoder, DecoderBlock, Encoder, EncoderDecoder
 from snippets.attention.multi_head import MultiHeadAttention
 

@@ -14,7 +14,7 @@ from torch import nn  # noqa: F401
 
 from fuzz_support import *  # noqa: F401,F403
 from fuzz_support import fuzz_tests
-from snippets.architecture import block as block_mod
+from snippets.architecture import transformer_block as block_mod
 from snippets.architecture import encoder_decoder as ed_mod
 from snippets.attention import multi_head as mha_mod
 
@@ -26,7 +26,7 @@ def _mha(d_model, h):
     return mha_mod.MultiHeadAttention(d_model, h)
 
 
-@fuzz("architecture.block.TorchAttention")
+@fuzz("architecture.transformer_block.TorchAttention")
 def _(s):
     d_model = s.h * s.d
     mha = nn.MultiheadAttention(d_model, s.h, batch_first=True)
@@ -40,7 +40,7 @@ def _(s):
     ]
 
 
-@fuzz("architecture.block.TransformerBlock")
+@fuzz("architecture.transformer_block.TransformerBlock")
 def _(s):
     d_model = s.h * s.d
     init = {"attention": _mha(d_model, s.h), "d_model": d_model, "d_ff": 2 * d_model, "dropout": 0.1}

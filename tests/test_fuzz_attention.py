@@ -150,7 +150,7 @@ def _(s):
     calls = _attention_module(gqa_mod.GroupedQueryAttention, init, specs, s, kdim=d_model, vdim=d_model)
     mha = nn.MultiheadAttention(d_model, 4, batch_first=True)
     calls.append(Call(gqa_mod.GroupedQueryAttention.from_torch, {"mha": mha, "n_kv_heads": 2},
-                      {"mha": NOT_A_MODULE, "n_kv_heads": Bad(0, 3, 2.5, "2")}, "from_torch"))
+                      {"mha": NOT_A_MODULE, "n_kv_heads": Bad(0, 3, 2.5)}, "from_torch"))
     return calls
 
 
@@ -160,23 +160,27 @@ def _(s):
                  {"x": T(ANY, rank=4, device_peer=False), "n_rep": POS_INT})]
 
 
-@fuzz("attention.rotary.rotary_cache")
+@fuzz("attention.rotary.rotary_tables")
 def _(s):
-    return [Call(rotary_mod.rotary_cache, {"n_positions": s.n, "d_head": 2 * s.d},
-                 {"n_positions": NONNEG_INT, "d_head": Bad(0, 3, 2.5, True, "4"),
-                  "base": Bad(1.0, -2.0, "1e4", None), "dtype": FLOAT_DTYPE})]
+    return [Call(rotary_mod.rotary_tables, {"positions": ids(s.n, high=9), "rotary_dim": 2 * s.d},
+                 {"positions": T(INT, min_rank=1, device_peer=False),
+                  "rotary_dim": Bad(0, 3, 2.5), "base": Bad(1.0, -2.0, float("nan"), None)})]
 
 
 @fuzz("attention.rotary.apply_rotary")
 def _(s):
-    cos, sin = rotary_mod.rotary_cache(s.n + 3, 2 * s.d)
     x = r(s.b, s.h, s.n, 2 * s.d)
-    table = T(rank=2, tied=(1,), dtype_peer=False, names=("cos", "sin"))
+    cos, sin = rotary_mod.rotary_tables(torch.arange(s.n), 2 * s.d)
+    bcos, bsin = rotary_mod.rotary_tables(ids(s.b, s.n, high=9), s.d)  # (B, N, r/2), r < d
+    table = T(ANY, rank=2, tied=(0, 1), dtype_peer=False, names=("cos", "sin"))
+    batched = T(ANY, rank=3, tied=(0, 1, 2), dtype_peer=False, names=("cos", "sin"))
     return [
         Call(rotary_mod.apply_rotary, {"x": x, "cos": cos, "sin": sin},
-             {"x": T(min_rank=2, tied=(-1,), dtype_peer=False, names=("cos", "sin")), "cos": table, "sin": table}),
-        Call(rotary_mod.apply_rotary, {"x": x, "cos": cos, "sin": sin, "positions": ids(s.b, s.n, high=s.n + 3)},
-             {"positions": T(INT, min_rank=1, tied=(0, 1), high=s.n + 3)}, "positions"),
+             {"x": T(rank=4, tied=(-2,), dtype_peer=False, names=("cos", "sin")),
+              "cos": table, "sin": table}),
+        Call(rotary_mod.apply_rotary, {"x": x, "cos": bcos, "sin": bsin},
+             {"x": T(rank=4, tied=(0, -2), dtype_peer=False, names=("cos", "sin")),
+              "cos": batched, "sin": batched}, "batched tables"),
     ]
 
 
@@ -184,11 +188,11 @@ def _(s):
 def _(s):
     return _module_calls(
         rotary_mod.RotaryEmbedding, {"d_head": 2 * s.d},
-        {"d_head": Bad(0, 3, 2.5, True, "4"), "base": Bad(1.0, "1e4", None)},
+        {"d_head": Bad(0, 3, 2.5, names=("rotary_dim",)), "base": Bad(1.0, None)},
         lambda mod, **kw: mod(kw.pop("q"), kw.pop("k"), **kw),
         {"q": r(s.b, s.h, s.n, 2 * s.d), "k": r(s.b, 1, s.n + s.m, 2 * s.d), "offset": 1},
-        {"q": T(min_rank=2, tied=(-1,), names=("k",)), "k": T(min_rank=2, tied=(-1,), names=("q",)),
-         "offset": NONNEG_INT},
+        {"q": T(rank=4, tied=(-1,), dtype_peer=False, names=("k",)),
+         "k": T(rank=4, tied=(-1,), dtype_peer=False, names=("q",)), "offset": NONNEG_INT},
     )
 
 

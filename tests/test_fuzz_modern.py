@@ -14,7 +14,7 @@ from torch import nn  # noqa: F401
 
 from fuzz_support import *  # noqa: F401,F403
 from fuzz_support import fuzz_tests
-from snippets.architecture import block as block_mod
+from snippets.architecture import transformer_block as block_mod
 from snippets.attention import multi_head as mha_mod
 from snippets.history import gpt as gpt_mod
 from snippets.linear import hybrid_memory as hybrid_mod

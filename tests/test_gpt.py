@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch.testing import assert_close
 
 from huge_scores import WrittenOut, keys_against_queries
-from snippets.architecture.block import TransformerBlock
+from snippets.architecture.transformer_block import TransformerBlock
 from snippets.attention.multi_head import MultiHeadAttention
 from snippets.history.gpt import GPT, GPTConfig, generate, next_token_loss, reversal_task
 

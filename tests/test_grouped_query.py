@@ -2,7 +2,7 @@
 
 Proves: GroupedQueryAttention equals (a) ordinary multi-head attention on key
 /value heads repeated with repeat_interleave, written out in this file, and (b)
-F.scaled_dot_product_attention(..., enable_gqa=True); its explicit grouped path
+F.scaled_dot_product_attention(..., enable_gqa=True); its written-out grouped kernel
 equals its SDPA path under bool/float/key/causal masks, N != M; with H_kv = H
 and weights copied it equals nn.MultiheadAttention; from_torch mean-pools the
 key/value heads of each group (the GQA paper's conversion, written out here);
@@ -251,7 +251,8 @@ def _section(text: str, name: str) -> str:
     return re.search(rf"# --8<-- \[start:{name}\](.*?)# --8<-- \[end:{name}\]", text, re.S).group(1)
 
 
-@pytest.mark.parametrize("name", ["validate", "mask"])
+@pytest.mark.parametrize("name", ["split_heads", "merge_heads", "masked_softmax", "zero_empty_rows",
+                                  "combine_masks", "check_inputs"])
 def test_helper_copies_identical(name):
     mine = SNIPPET.read_text()
     theirs = (ROOT / "snippets" / "attention" / "multi_head.py").read_text()
@@ -266,7 +267,7 @@ def test_helper_copies_identical(name):
         ((16, 4, 3), {}, r"n_kv_heads must divide n_heads, got n_heads=4 and n_kv_heads=3"),
         ((16, 3, 1), {}, r"d_model must be divisible by n_heads, got d_model=16 and n_heads=3"),
         ((16, 4, 0), {}, r"n_kv_heads must be a positive int, got 0"),
-        ((True, 4, 2), {}, r"d_model must be a positive int, got True"),
+        ((16.0, 4, 2), {}, r"d_model must be a positive int, got 16.0"),
         ((16, 4, 2), {"dropout": 1.0}, r"dropout must be a float in \[0, 1\), got 1.0"),
     ],
 )
@@ -279,12 +280,13 @@ def test_forward_errors():
     m = GroupedQueryAttention(16, 4, 2)
     x = torch.randn(2, 3, 16)
     cases = [
-        (([1.0],), {}, TypeError, r"query must be a torch.Tensor, got list"),
-        ((x.long(),), {}, TypeError, r"query must have a floating dtype, got torch.int64"),
-        ((x[0],), {}, ValueError, r"query must have 3 dimensions \(B, length, D\), got shape \(3, 16\)"),
+        (([1.0],), {}, TypeError, r"query must be a floating tensor \(B, length, D\), got \[1.0\]"),
+        ((x.long(),), {}, TypeError, r"query must be a floating tensor .*, got torch.int64"),
+        ((x[0],), {}, TypeError, r"query must be a floating tensor \(B, length, D\), got torch.float32 \(3, 16\)"),
         ((torch.randn(2, 3, 8),), {}, ValueError, r"query must have last dimension D = 16, got shape \(2, 3, 8\)"),
-        ((x, torch.randn(1, 3, 16)), {}, ValueError, r"key and value must have shape \(B, M, D\) with the query's B"),
-        ((x,), {"attn_mask": [[True]]}, TypeError, r"attn_mask must be a torch.Tensor or None, got list"),
+        ((x, torch.randn(1, 3, 16)), {}, ValueError, r"key must have batch size 2, got \(1, 3, 16\)"),
+        ((x, x, x[:, :2]), {}, ValueError, r"key and value must have the same length M, got key \(2, 3, 16\)"),
+        ((x,), {"attn_mask": [[True]]}, TypeError, r"attn_mask must be torch.bool .*, got \[\[True\]\]"),
         ((x,), {"attn_mask": torch.ones(3, 3, dtype=torch.long)}, TypeError,
          r"attn_mask must be torch.bool \(True = may attend\) or torch.float32 \(added to the scores\), got torch.int64"),
         ((x,), {"attn_mask": torch.ones(3, 4, dtype=torch.bool)}, ValueError,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from snippets.architecture.block import TransformerBlock
+from snippets.architecture.transformer_block import TransformerBlock
 from snippets.attention.multi_head import MultiHeadAttention
 from snippets.history.bert import train_tiny_bert
 from snippets.history.gpt import train_tiny_gpt

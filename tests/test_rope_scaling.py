@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch.testing import assert_close
 
-from snippets.attention.rotary import apply_rotary, rotary_cache
+from snippets.attention.rotary import apply_rotary, rotary_tables
 from snippets.modern.long_context_rope import (
     ROPE_TYPES,
     ScaledRotaryEmbedding,
@@ -65,7 +65,7 @@ def test_default_path_is_the_guides_rope():
     x = _x(n=7, d=8)
     inv_freq, scale = rope_inv_freq(8)
     cos, sin = rotary_angles(inv_freq, torch.arange(7))
-    c_ref, s_ref = rotary_cache(7, 8)
+    c_ref, s_ref = (t.float() for t in rotary_tables(torch.arange(7), 8))
     assert scale == 1.0
     assert_close(cos, c_ref)
     assert_close(sin, s_ref)
@@ -87,7 +87,7 @@ def test_partial_rotary_rotates_the_first_dims_and_passes_the_rest():
     out = apply_partial_rotary(x, cos, sin)
     assert torch.equal(out[..., r:], x[..., r:])  # the tail carries no position
     # ... and the head is a full RoPE of a width-r head, planes (i, i + r/2) inside it.
-    c_ref, s_ref = rotary_cache(9, r)
+    c_ref, s_ref = rotary_tables(torch.arange(9), r)
     assert_close(out[..., :r], apply_rotary(x[..., :r].contiguous(), c_ref, s_ref))
     assert not torch.allclose(out[..., 1:, :r], x[..., 1:, :r])
 

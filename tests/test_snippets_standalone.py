@@ -117,7 +117,7 @@ SMOKE: dict[str, tuple[str, str]] = {
         "result = tuple(m.generate(m.GPT(c, Blk), m.reversal_task(2, 4, 10)[:, :5], 4).shape)",
         "(2, 9)",
     ),
-    "architecture/block.py": (
+    "architecture/transformer_block.py": (
         "layer = nn.TransformerEncoderLayer(8, 2, 16, batch_first=True).eval()\n"
         "assert torch.allclose(m.TransformerBlock.from_torch(layer)(x := torch.randn(1, 3, 8)), layer(x), atol=1e-6)\n"
         "class Mix(nn.Module):\n"
@@ -150,7 +150,7 @@ SMOKE: dict[str, tuple[str, str]] = {
     ),
     "attention/alibi.py": ("result = m.alibi_slopes(8)[-1].item()", "0.00390625"),
     "attention/rotary.py": (
-        "cos, sin = m.rotary_cache(3, 8); x = torch.randn(1, 3, 8)\n"
+        "cos, sin = m.rotary_tables(torch.arange(3), 8); x = torch.randn(1, 1, 3, 8)\n"
         "result = torch.allclose(m.apply_rotary(x, cos, sin).norm(dim=-1), x.norm(dim=-1), atol=1e-5)",
         "True",
     ),

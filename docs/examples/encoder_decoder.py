@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from _plotting import attention_heatmap
-from snippets.architecture.block import TransformerBlock
+from snippets.architecture.transformer_block import TransformerBlock
 from snippets.architecture.encoder_decoder import EncoderDecoder
 from snippets.attention.multi_head import MultiHeadAttention
 

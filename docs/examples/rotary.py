@@ -11,7 +11,7 @@
 import matplotlib.pyplot as plt
 import torch
 
-from snippets.attention.rotary import RotaryEmbedding, apply_rotary, rotary_cache
+from snippets.attention.rotary import RotaryEmbedding, apply_rotary, rotary_tables
 
 torch.manual_seed(0)
 print(f"torch {torch.__version__}")
@@ -29,14 +29,13 @@ print(f"torch {torch.__version__}")
 # %%
 # alt: Line plot of the score between a rotated query and key against their offset from 0 to 256. The all-ones pair starts at 64 and decays with oscillations; two curves for a random pair, one starting at position 0 and one at position 1000, lie on top of each other.
 d, max_offset = 64, 256
-cos, sin = rotary_cache(1000 + max_offset + 1, d)
 offsets = torch.arange(max_offset + 1)
 
 
 def score_curve(q, k, start):
     # key at `start`, query at `start + offset`, for every offset
-    q_rot = apply_rotary(q.expand(1, 1, len(offsets), d), cos, sin, positions=start + offsets)
-    k_rot = apply_rotary(k.expand(1, 1, 1, d), cos, sin, positions=torch.tensor([start]))
+    q_rot = apply_rotary(q.expand(1, 1, len(offsets), d), *rotary_tables(start + offsets, d))
+    k_rot = apply_rotary(k, *rotary_tables(torch.tensor([start]), d))
     return (q_rot * k_rot).sum(-1).flatten()  # (offsets,)
 
 
@@ -52,7 +51,7 @@ ax.legend()
 fig.tight_layout()
 plt.show()
 diff = (score_curve(q, k, 0) - score_curve(q, k, 1000)).abs().max().item()
-print(f"max |score at start 0 - score at start 1000| = {diff:.1e} (float32 angles)")
+print(f"max |score at start 0 - score at start 1000| = {diff:.1e} (float32 q and k)")
 
 # %% [markdown]
 # ## Norms are preserved
@@ -61,7 +60,7 @@ print(f"max |score at start 0 - score at start 1000| = {diff:.1e} (float32 angle
 
 # %%
 x = torch.randn(2, 4, 10, d)
-cos10, sin10 = rotary_cache(10, d)
+cos10, sin10 = rotary_tables(torch.arange(10), d)  # (N, d/2) each
 rotated = apply_rotary(x, cos10, sin10)
 print("x", tuple(x.shape), "= (B, H, N, d) -> rotated", tuple(rotated.shape))
 print(f"max |norm change| = {(rotated.norm(dim=-1) - x.norm(dim=-1)).abs().max().item():.1e}")

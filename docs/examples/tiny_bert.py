@@ -16,7 +16,7 @@ import matplotlib.pyplot as plt
 import torch
 
 from _plotting import attention_heatmap
-from snippets.architecture.block import TransformerBlock
+from snippets.architecture.transformer_block import TransformerBlock
 from snippets.attention.multi_head import MultiHeadAttention
 from snippets.history.bert import (
     IGNORE_INDEX,

@@ -14,7 +14,7 @@ import matplotlib.pyplot as plt
 import torch
 from torch import nn
 
-from snippets.architecture.block import TransformerBlock
+from snippets.architecture.transformer_block import TransformerBlock
 from snippets.attention.multi_head import MultiHeadAttention
 
 B, N, D, H, CLASSES = 4, 16, 128, 4, 100

@@ -14,7 +14,7 @@ from snippets.attention.cross_attention import CrossAttention
 from snippets.attention.grouped_query import repeat_kv
 from snippets.attention.multi_head import MultiHeadAttention
 from snippets.attention.naive_self_attention import naive_self_attention
-from snippets.attention.rotary import apply_rotary, rotary_cache
+from snippets.attention.rotary import apply_rotary, rotary_tables
 
 
 def _seeded(seed: int) -> torch.Generator:
@@ -129,7 +129,7 @@ def gqa_groups(s):
 
 def rotation(s):
     """RoPE turns each pair of dimensions by an angle proportional to the position."""
-    cos, sin = rotary_cache(8, 2)  # one plane, theta = 1 radian per position
+    cos, sin = rotary_tables(torch.arange(8), 2)  # one plane, theta = 1 radian per position
     q = torch.tensor([1.0, 0.0]).view(1, 1, 1, 2).expand(1, 1, 8, 2)
     rotated = apply_rotary(q, cos, sin)[0, 0]  # (8, 2): the same vector at positions 0..7
     fig, axes = s.figure(7.4, 3.0, ncols=2, adjust={"left": 0.06, "bottom": 0.14, "top": 0.88, "wspace": 0.3})
@@ -147,13 +147,13 @@ def rotation(s):
     ax.set_yticks([])
     ax.set_title("one query, turned by t radians")
     # Right: q.k after rotation depends on the offset only.
-    cos, sin = rotary_cache(64, 16)
     g = torch.Generator().manual_seed(0)
     qv, kv = torch.randn(16, generator=g), torch.randn(16, generator=g)
     for start, colour in ((0, s.a), (20, s.b)):
         positions = torch.arange(start, start + 24)
-        qr = apply_rotary(qv.view(1, 1, 1, 16), cos, sin, positions=positions[-1:].clone())[0, 0, 0]
-        kr = apply_rotary(kv.view(1, 1, 1, 16).expand(1, 1, 24, 16), cos, sin, positions=positions)[0, 0]
+        cos, sin = rotary_tables(positions, 16)  # (24, 8) each
+        qr = apply_rotary(qv.view(1, 1, 1, 16), cos[-1:], sin[-1:])[0, 0, 0]
+        kr = apply_rotary(kv.view(1, 1, 1, 16).expand(1, 1, 24, 16), cos, sin)[0, 0]
         offsets = (positions[-1] - positions).tolist()
         axes[1].plot(offsets, (kr @ qr).tolist(), "o-" if start == 0 else "x--", color=colour, markersize=3,
                      label=f"query at position {int(positions[-1])}")

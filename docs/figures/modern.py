@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from hooks.models_table import cache_bytes, layer_types, load_models
-from snippets.architecture.block import TorchAttention, TransformerBlock
+from snippets.architecture.transformer_block import TorchAttention, TransformerBlock
 from snippets.modern.modern_block import DecoderAttention, DecoderLayer, swiglu_width
 from snippets.modern.cache_size import mha_cache_elements, mla_cache_elements
 from snippets.modern.gates_and_caps import softcap

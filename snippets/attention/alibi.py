@@ -19,14 +19,56 @@ import math
 
 import torch
 import torch.nn.functional as F
+from torch import Tensor
 
 __all__ = ["alibi_slopes", "alibi_bias", "alibi_attention"]
 
 
 # --8<-- [start:slopes]
+def geometric_slopes(n_heads: int) -> list[float]:
+    """m_h = 2^(-8 h / H) for H a power of 2; else P's slopes, then half of 2P's."""
+
+    def power_of_2(h: int) -> list[float]:
+        return [2.0 ** (-8.0 * i / h) for i in range(1, h + 1)]  # 2^(-8/h) ... 2^(-8)
+
+    p = 2 ** math.floor(math.log2(n_heads))  # P, the largest power of 2 <= H
+    return power_of_2(p) + power_of_2(2 * p)[0::2][: n_heads - p]  # (H,)
+# --8<-- [end:slopes]
+
+
+# --8<-- [start:bias]
+def linear_bias(slopes: Tensor, n: int, m: int, causal: bool = True) -> Tensor:
+    """-m_h (i - j) for every head, query i and key j; -inf on future keys if causal."""
+    # the N queries are the last N of the M positions (lower right, as with a cache)
+    i = torch.arange(n, device=slopes.device).unsqueeze(-1) + (m - n)  # (N, 1)
+    j = torch.arange(m, device=slopes.device)  # (M,)
+    distance = (i - j).to(slopes.dtype)  # (N, M), > 0 for past keys
+    distance = distance if causal else distance.abs()
+    bias = -slopes.view(-1, 1, 1) * distance  # (H, 1, 1) * (N, M) -> (H, N, M)
+    # -inf, not a large negative constant: exactly zero weight in every dtype
+    return bias.masked_fill(distance < 0, float("-inf")) if causal else bias
+# --8<-- [end:bias]
+
+
+# --8<-- [start:attention]
+def attention_with_linear_biases(
+    q: Tensor, k: Tensor, v: Tensor, slopes: Tensor, causal: bool = True
+) -> Tensor:
+    """softmax(q k^T / sqrt(d) - m (i - j)) v, the bias given to SDPA as a mask."""
+    # Built in the slopes' dtype (float32 by default), then cast: a distance of
+    # thousands times a slope of 1/256 loses little even in float16.
+    n, m = q.shape[-2], k.shape[-2]
+    bias = linear_bias(slopes, n, m, causal).to(q.dtype)  # (H, N, M)
+    # SDPA adds the float mask after the 1/sqrt(d) scaling
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=bias)  # (B, H, N, d_v)
+# --8<-- [end:attention]
+
+
+# --8<-- [start:faces]
 def alibi_slopes(
-    n_heads: int, *, device: torch.device | str | None = None, dtype: torch.dtype = torch.float32
-) -> torch.Tensor:
+    n_heads: int, *, device: torch.device | str | None = None,
+    dtype: torch.dtype = torch.float32,
+) -> Tensor:
     """One slope per head: 2^(-8/H), 2^(-16/H), ..., 2^(-8) for H a power of 2.
 
     For other H, the paper takes the slopes of the nearest power of 2 below,
@@ -41,23 +83,13 @@ def alibi_slopes(
     Returns:
         ``(H,)``, each slope in (0, 1).
     """
-    if isinstance(n_heads, bool) or not isinstance(n_heads, int) or n_heads < 1:
-        raise ValueError(f"n_heads must be an int >= 1, got {n_heads!r}")
-    _check_float_dtype(dtype)
-
-    def power_of_2(h: int) -> list[float]:
-        return [2.0 ** (-8.0 * i / h) for i in range(1, h + 1)]
-
-    p = 2 ** math.floor(math.log2(n_heads))
-    slopes = power_of_2(p) + power_of_2(2 * p)[0::2][: n_heads - p]
-    return torch.tensor(slopes, device=device, dtype=dtype)  # (H,)
-# --8<-- [end:slopes]
+    _check_slopes_call(n_heads, dtype)
+    return torch.tensor(geometric_slopes(n_heads), device=device, dtype=dtype)
 
 
-# --8<-- [start:bias]
 def alibi_bias(
-    slopes: torch.Tensor, n_queries: int, n_keys: int, *, causal: bool = True
-) -> torch.Tensor:
+    slopes: Tensor, n_queries: int, n_keys: int, *, causal: bool = True
+) -> Tensor:
     """The float mask -m * (i - j) per head, with -inf on future keys when causal.
 
     The N queries are the last N of the M positions (lower-right alignment, as
@@ -75,86 +107,13 @@ def alibi_bias(
     Returns:
         ``(H, N, M)`` in the slopes' dtype, to be added to the scores.
     """
-    if not isinstance(slopes, torch.Tensor) or slopes.dim() != 1 or not slopes.is_floating_point():
-        raise ValueError(
-            "slopes must be a 1-D floating tensor of shape (H,), got "
-            f"{tuple(slopes.shape) if isinstance(slopes, torch.Tensor) else type(slopes).__name__}"
-        )
-    for name, value in (("n_queries", n_queries), ("n_keys", n_keys)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise ValueError(f"{name} must be a non-negative int, got {value!r}")
-    if causal and n_queries > n_keys:
-        raise ValueError(
-            f"a causal bias needs n_queries <= n_keys (the queries are the last N of "
-            f"the M positions), got n_queries={n_queries} and n_keys={n_keys}"
-        )
-    i = torch.arange(n_queries, device=slopes.device).unsqueeze(-1) + (n_keys - n_queries)  # (N, 1)
-    j = torch.arange(n_keys, device=slopes.device)  # (M,)
-    distance = (i - j).to(slopes.dtype)  # (N, 1) - (M,) -> (N, M), > 0 for past keys
-    if not causal:
-        distance = distance.abs()
-    bias = -slopes.view(-1, 1, 1) * distance  # (H, 1, 1) * (N, M) -> (H, N, M)
-    if causal:
-        # -inf, not a large negative constant: exactly zero weight in every dtype.
-        bias = bias.masked_fill(distance < 0, float("-inf"))  # (H, N, M)
-    return bias
-# --8<-- [end:bias]
+    _check_bias_call(slopes, n_queries, n_keys, causal)
+    return linear_bias(slopes, n_queries, n_keys, causal)
 
 
-# --8<-- [start:validate]
-def _check_float_dtype(dtype: object) -> None:
-    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
-        raise TypeError(f"dtype must be a floating torch.dtype, got {dtype!r}")
-
-
-def _check_alibi_inputs(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, slopes: torch.Tensor
-) -> None:
-    """Raise a clear error unless q, k, v are (B, H, length, width) and slopes is (H,)."""
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(t, torch.Tensor) or t.dim() != 4:
-            raise ValueError(
-                f"{name} must be a 4-D tensor (B, H, length, width), got "
-                f"{tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__}"
-            )
-        if not t.is_floating_point():
-            raise TypeError(f"{name} must have a floating dtype, got {t.dtype}")
-    if not (q.dtype == k.dtype == v.dtype):
-        raise TypeError(f"q, k and v must share one dtype, got {q.dtype}, {k.dtype} and {v.dtype}")
-    if not (q.device == k.device == v.device):
-        raise ValueError(
-            f"q, k and v must be on one device, got {q.device}, {k.device} and {v.device}"
-        )
-    if not (q.shape[:2] == k.shape[:2] == v.shape[:2]):
-        raise ValueError(
-            "q, k and v must share the batch size B and the head count H, got "
-            f"q {tuple(q.shape)}, k {tuple(k.shape)} and v {tuple(v.shape)}"
-        )
-    if q.shape[-1] != k.shape[-1]:
-        raise ValueError(
-            f"q and k must have the same head width d, got q {tuple(q.shape)} and k {tuple(k.shape)}"
-        )
-    if k.shape[-2] != v.shape[-2]:
-        raise ValueError(
-            f"k and v must have the same length M, got k {tuple(k.shape)} and v {tuple(v.shape)}"
-        )
-    if not isinstance(slopes, torch.Tensor) or not slopes.is_floating_point():
-        got = slopes.dtype if isinstance(slopes, torch.Tensor) else type(slopes).__name__
-        raise TypeError(f"slopes must be a floating torch.Tensor of shape (H,), got {got}")
-    if slopes.shape != q.shape[1:2]:
-        raise ValueError(f"slopes must have shape (H,) = ({q.shape[1]},), got {tuple(slopes.shape)}")
-# --8<-- [end:validate]
-
-
-# --8<-- [start:forward]
 def alibi_attention(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    slopes: torch.Tensor,
-    *,
-    causal: bool = True,
-) -> torch.Tensor:
+    q: Tensor, k: Tensor, v: Tensor, slopes: Tensor, *, causal: bool = True
+) -> Tensor:
     """softmax(q k^T / sqrt(d) - m (i - j)) v on F.scaled_dot_product_attention.
 
     No position embedding is added to the inputs: the bias is the only place
@@ -164,17 +123,89 @@ def alibi_attention(
         q: queries, ``(B, H, N, d)``.
         k: keys, ``(B, H, M, d)``.
         v: values, ``(B, H, M, d_v)``.
-        slopes: ``(H,)``, one per head.
+        slopes: ``(H,)``, one per head (moved to q's device).
         causal: see ``alibi_bias``.
 
     Returns:
         ``(B, H, N, d_v)``.
     """
-    _check_alibi_inputs(q, k, v, slopes)
-    b, h, n, d = q.shape
-    # Built in the slopes' dtype (float32 by default), then cast: a distance of
-    # thousands times a slope of 1/256 loses little even in float16.
-    bias = alibi_bias(slopes.to(q.device), n, k.shape[-2], causal=causal).to(q.dtype)  # (H, N, M)
-    # The bias goes in as a float attn_mask: SDPA adds it after the 1/sqrt(d) scaling.
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=bias)  # (B, H, N, d_v)
-# --8<-- [end:forward]
+    _check_alibi_inputs(q, k, v, slopes, causal)
+    return attention_with_linear_biases(q, k, v, slopes.to(q.device), causal)
+# --8<-- [end:faces]
+
+
+# --8<-- [start:validate]
+def _check_slopes_call(n_heads: int, dtype: torch.dtype) -> None:
+    if not isinstance(n_heads, int) or n_heads < 1:
+        raise ValueError(f"n_heads must be an int >= 1, got {n_heads!r}")
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise TypeError(f"dtype must be a floating torch.dtype, got {dtype!r}")
+
+
+def _check_bias_call(slopes: Tensor, n_queries: int, n_keys: int, causal: bool) -> None:
+    """Refuse slopes that are not (H,) floats and lengths a causal bias cannot align."""
+    is_tensor = isinstance(slopes, Tensor)
+    if not is_tensor or slopes.dim() != 1 or not slopes.is_floating_point():
+        got = tuple(slopes.shape) if is_tensor else type(slopes).__name__
+        raise ValueError(
+            f"slopes must be a 1-D floating tensor of shape (H,), got {got}"
+        )
+    for name, value in (("n_queries", n_queries), ("n_keys", n_keys)):
+        if not isinstance(value, int) or value < 0:
+            raise ValueError(f"{name} must be a non-negative int, got {value!r}")
+    if causal and n_queries > n_keys:
+        raise ValueError(
+            f"a causal bias needs n_queries <= n_keys (the queries are the last N of "
+            f"the M positions), got n_queries={n_queries} and n_keys={n_keys}"
+        )
+
+
+def _check_alibi_inputs(q: Tensor, k: Tensor, v: Tensor, slopes, causal) -> None:
+    """Refuse q, k, v that are not (B, H, length, width) alike, or slopes not (H,)."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, Tensor) or t.dim() != 4:
+            got = tuple(t.shape) if isinstance(t, Tensor) else type(t).__name__
+            raise ValueError(
+                f"{name} must be a 4-D tensor (B, H, length, width), got {got}"
+            )
+        if not t.is_floating_point():
+            raise TypeError(f"{name} must have a floating dtype, got {t.dtype}")
+    if not (q.dtype == k.dtype == v.dtype):
+        raise TypeError(
+            f"q, k and v must share one dtype, got {q.dtype}, {k.dtype} and {v.dtype}"
+        )
+    if not (q.device == k.device == v.device):
+        raise ValueError(
+            f"q, k and v must be on one device, got {q.device}, {k.device} "
+            f"and {v.device}"
+        )
+    if not (q.shape[:2] == k.shape[:2] == v.shape[:2]):
+        raise ValueError(
+            "q, k and v must share the batch size B and the head count H, got "
+            f"q {tuple(q.shape)}, k {tuple(k.shape)} and v {tuple(v.shape)}"
+        )
+    if q.shape[-1] != k.shape[-1]:
+        raise ValueError(
+            "q and k must have the same head width d, got "
+            f"q {tuple(q.shape)} and k {tuple(k.shape)}"
+        )
+    if k.shape[-2] != v.shape[-2]:
+        raise ValueError(
+            f"k and v must have the same length M, got k {tuple(k.shape)} "
+            f"and v {tuple(v.shape)}"
+        )
+    if not isinstance(slopes, Tensor) or not slopes.is_floating_point():
+        got = slopes.dtype if isinstance(slopes, Tensor) else type(slopes).__name__
+        raise TypeError(
+            f"slopes must be a floating torch.Tensor of shape (H,), got {got}"
+        )
+    if slopes.shape != q.shape[1:2]:
+        raise ValueError(
+            f"slopes must have shape (H,) = ({q.shape[1]},), got {tuple(slopes.shape)}"
+        )
+    if causal and q.shape[-2] > k.shape[-2]:
+        raise ValueError(
+            f"a causal bias needs N <= M (the queries are the last N of the M keys), "
+            f"got q {tuple(q.shape)} and k {tuple(k.shape)}"
+        )
+# --8<-- [end:validate]

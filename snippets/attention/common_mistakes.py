@@ -17,8 +17,8 @@ where a query MAY attend, as in ``F.scaled_dot_product_attention``.
 
 This file needs only torch and the standard library: copy it into a project.
 Sections come in pairs, ``<mistake>_wrong`` and ``<mistake>_right``, so the
-page can show them side by side. The wrong functions are kept only so that the tests and the page can show
-what goes wrong; never call them in a model.
+page can show them side by side. The wrong functions are kept only so that
+the tests and the page can show what goes wrong; never call them in a model.
 """
 
 from __future__ import annotations
@@ -30,21 +30,32 @@ import torch.nn.functional as F
 from torch import nn
 
 __all__ = [
-    "weights_wrong_axis", "weights_right_axis",
-    "weights_unscaled", "weights_scaled",
-    "self_attention_wrong_value", "self_attention",
-    "masked_attention_wrong", "masked_attention",
-    "mha_masked_wrong", "mha_masked",
-    "cached_decode_wrong", "cached_decode", "cached_decode_bias",
-    "DropoutAttentionWrong", "DropoutAttention",
-    "masked_weights_wrong", "masked_weights", "masked_weights_finfo_min",
-    "mha_self_attend_wrong", "mha_self_attend",
+    "weights_wrong_axis",
+    "weights_right_axis",
+    "weights_unscaled",
+    "weights_scaled",
+    "self_attention_wrong_value",
+    "self_attention",
+    "masked_attention_wrong",
+    "masked_attention",
+    "mha_masked_wrong",
+    "mha_masked",
+    "cached_decode_wrong",
+    "cached_decode",
+    "cached_decode_bias",
+    "DropoutAttentionWrong",
+    "DropoutAttention",
+    "masked_weights_wrong",
+    "masked_weights",
+    "masked_weights_finfo_min",
+    "mha_self_attend_wrong",
+    "mha_self_attend",
 ]
 
 
 # --8<-- [start:validate]
 def _check_query_key(q: torch.Tensor, k: torch.Tensor) -> None:
-    """Raise a clear error unless q (..., N, d) and k (..., M, d) can be scored together."""
+    """Refuse q (..., N, d) and k (..., M, d) that cannot be scored together."""
     for name, t in (("q", q), ("k", k)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
@@ -52,15 +63,19 @@ def _check_query_key(q: torch.Tensor, k: torch.Tensor) -> None:
             raise TypeError(f"{name} must have a floating dtype, got {t.dtype}")
         if t.dim() < 2:
             raise ValueError(
-                f"{name} must have at least 2 dimensions (..., length, d), got shape {tuple(t.shape)}"
+                f"{name} must have at least 2 dimensions (..., length, d), "
+                f"got shape {tuple(t.shape)}"
             )
     if q.dtype != k.dtype:
         raise TypeError(f"q and k must share one dtype, got {q.dtype} and {k.dtype}")
     if q.device != k.device:
-        raise ValueError(f"q and k must be on one device, got {q.device} and {k.device}")
+        raise ValueError(
+            f"q and k must be on one device, got {q.device} and {k.device}"
+        )
     if q.shape[-1] != k.shape[-1]:
         raise ValueError(
-            f"q and k must have the same last dimension d, got q {tuple(q.shape)} and k {tuple(k.shape)}"
+            f"q and k must have the same last dimension d, got q {tuple(q.shape)} "
+            f"and k {tuple(k.shape)}"
         )
     try:
         torch.broadcast_shapes(q.shape[:-2], k.shape[:-2])
@@ -89,7 +104,8 @@ def _check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         )
     if not (q.device == k.device == v.device):
         raise ValueError(
-            f"q, k and v must be on one device, got {q.device}, {k.device} and {v.device}"
+            f"q, k and v must be on one device, got {q.device}, {k.device} "
+            f"and {v.device}"
         )
     if q.shape[-1] != k.shape[-1]:
         raise ValueError(
@@ -110,20 +126,32 @@ def _check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         ) from None
 
 
-def _check_allowed(allowed: torch.Tensor, shape: tuple[int, ...], device: torch.device) -> None:
-    """Raise unless allowed is a bool mask (True = may attend) on device, broadcasting to shape."""
+def _check_allowed(
+    allowed: torch.Tensor, shape: tuple[int, ...], device: torch.device
+) -> None:
+    """Refuse a mask that is not bool (True = may attend), on device, fitting shape."""
     if not isinstance(allowed, torch.Tensor) or allowed.dtype != torch.bool:
-        got = allowed.dtype if isinstance(allowed, torch.Tensor) else type(allowed).__name__
-        raise TypeError(f"allowed must be a torch.bool tensor (True = may attend), got {got}")
+        got = (
+            allowed.dtype
+            if isinstance(allowed, torch.Tensor)
+            else type(allowed).__name__
+        )
+        raise TypeError(
+            f"allowed must be a torch.bool tensor (True = may attend), got {got}"
+        )
     if allowed.device != device:
-        raise ValueError(f"allowed must be on the device of the scores {device}, got {allowed.device}")
+        raise ValueError(
+            f"allowed must be on the device of the scores {device}, "
+            f"got {allowed.device}"
+        )
     try:
         fits = torch.broadcast_shapes(allowed.shape, shape) == shape
     except RuntimeError:
         fits = False
     if not fits:
         raise ValueError(
-            f"allowed must broadcast to the scores {tuple(shape)}, got shape {tuple(allowed.shape)}"
+            f"allowed must broadcast to the scores {tuple(shape)}, "
+            f"got shape {tuple(allowed.shape)}"
         )
 
 
@@ -131,13 +159,19 @@ def _check_masked_inputs(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed: torch.Tensor
 ) -> None:
     _check_qkv(q, k, v)
-    scores = (*torch.broadcast_shapes(q.shape[:-2], k.shape[:-2]), q.shape[-2], k.shape[-2])
+    scores = (
+        *torch.broadcast_shapes(q.shape[:-2], k.shape[:-2]),
+        q.shape[-2],
+        k.shape[-2],
+    )
     _check_allowed(allowed, scores, q.device)
 
 
 def _check_scores_allowed(scores: torch.Tensor, allowed: torch.Tensor) -> None:
     if not isinstance(scores, torch.Tensor) or not scores.is_floating_point():
-        got = scores.dtype if isinstance(scores, torch.Tensor) else type(scores).__name__
+        got = (
+            scores.dtype if isinstance(scores, torch.Tensor) else type(scores).__name__
+        )
         raise TypeError(f"scores must be a floating tensor (..., M), got {got}")
     if scores.dim() < 1:
         raise ValueError("scores must have at least 1 dimension (..., M), got shape ()")
@@ -149,7 +183,8 @@ def _check_decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
     n, m = q.shape[-2], k.shape[-2]
     if n > m:
         raise ValueError(
-            f"a cached decode step needs no more queries than keys (q no longer than k), "
+            "a cached decode step needs no more queries than keys "
+            "(q no longer than k), "
             f"got N={n} queries and M={m} keys"
         )
 
@@ -157,7 +192,7 @@ def _check_decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
 def _check_projections(
     x: torch.Tensor, w_q: torch.Tensor, w_k: torch.Tensor, w_v: torch.Tensor
 ) -> None:
-    """Raise unless x is a floating (B, N, D) tensor and each w is a (D, D) matrix like it."""
+    """Refuse x unless floating (B, N, D), and each w unless a (D, D) matrix like it."""
     if not isinstance(x, torch.Tensor) or not x.is_floating_point():
         got = x.dtype if isinstance(x, torch.Tensor) else type(x).__name__
         raise TypeError(f"x must be a floating tensor (B, N, D), got {got}")
@@ -165,11 +200,24 @@ def _check_projections(
         raise ValueError(f"x must have shape (B, N, D), got {tuple(x.shape)}")
     d = x.shape[-1]
     for name, w in (("w_q", w_q), ("w_k", w_k), ("w_v", w_v)):
-        if not isinstance(w, torch.Tensor) or w.dtype != x.dtype or w.device != x.device:
-            got = f"{w.dtype} on {w.device}" if isinstance(w, torch.Tensor) else type(w).__name__
-            raise TypeError(f"{name} must be a tensor of x's dtype {x.dtype} on {x.device}, got {got}")
+        if (
+            not isinstance(w, torch.Tensor)
+            or w.dtype != x.dtype
+            or w.device != x.device
+        ):
+            got = (
+                f"{w.dtype} on {w.device}"
+                if isinstance(w, torch.Tensor)
+                else type(w).__name__
+            )
+            raise TypeError(
+                f"{name} must be a tensor of x's dtype {x.dtype} on {x.device}, "
+                f"got {got}"
+            )
         if tuple(w.shape) != (d, d):
-            raise ValueError(f"{name} must have shape (D, D) = ({d}, {d}), got {tuple(w.shape)}")
+            raise ValueError(
+                f"{name} must have shape (D, D) = ({d}, {d}), got {tuple(w.shape)}"
+            )
 
 
 def _check_mha_call(
@@ -177,24 +225,32 @@ def _check_mha_call(
 ) -> None:
     """Raise unless mha can read x (B, N, D) and allowed is an (N, N) bool mask."""
     if not isinstance(mha, nn.MultiheadAttention):
-        raise TypeError(f"mha must be an nn.MultiheadAttention, got {type(mha).__name__}")
+        raise TypeError(
+            f"mha must be an nn.MultiheadAttention, got {type(mha).__name__}"
+        )
     weight = mha.out_proj.weight
     if not isinstance(x, torch.Tensor) or x.dim() != 3 or x.shape[-1] != mha.embed_dim:
         got = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
-        raise ValueError(f"x must have shape (B, N, D) with D = {mha.embed_dim}, got {got}")
+        raise ValueError(
+            f"x must have shape (B, N, D) with D = {mha.embed_dim}, got {got}"
+        )
     if x.dtype != weight.dtype or x.device != weight.device:
         raise TypeError(
-            f"x must have mha's dtype {weight.dtype} on {weight.device}, got {x.dtype} on {x.device}"
+            f"x must have mha's dtype {weight.dtype} on {weight.device}, "
+            f"got {x.dtype} on {x.device}"
         )
     if allowed is not None:
         n = x.shape[1] if mha.batch_first else x.shape[0]  # the length mha will read
         _check_allowed(allowed, (n, n), x.device)
         if allowed.dim() != 2:
-            raise ValueError(f"allowed must have shape (N, N) = ({n}, {n}), got {tuple(allowed.shape)}")
+            raise ValueError(
+                f"allowed must have shape (N, N) = ({n}, {n}), "
+                f"got {tuple(allowed.shape)}"
+            )
 
 
-def _check_dropout(name: str, p: float) -> None:
-    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p < 1.0:
+def _check_dropout_rate(name: str, p: float) -> None:
+    if not isinstance(p, (int, float)) or not 0.0 <= p < 1.0:
         raise ValueError(f"{name} must be a float in [0, 1), got {p!r}")
 # --8<-- [end:validate]
 
@@ -203,7 +259,9 @@ def _check_dropout(name: str, p: float) -> None:
 def weights_wrong_axis(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
     """WRONG: normalises each column, over the N queries (``dim=0`` on (N, M))."""
     _check_query_key(q, k)
-    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (..., N, d) @ (..., d, M) -> (..., N, M)
+    scores = (
+        q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    )  # (..., N, d) @ (..., d, M) -> (..., N, M)
     return torch.softmax(scores, dim=-2)  # columns sum to 1, rows do not
 # --8<-- [end:softmax_axis_wrong]
 
@@ -212,7 +270,9 @@ def weights_wrong_axis(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
 def weights_right_axis(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
     """Right: each query's row is a distribution over the M keys."""
     _check_query_key(q, k)
-    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (..., N, d) @ (..., d, M) -> (..., N, M)
+    scores = (
+        q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    )  # (..., N, d) @ (..., d, M) -> (..., N, M)
     return torch.softmax(scores, dim=-1)  # rows sum to 1
 # --8<-- [end:softmax_axis_right]
 
@@ -243,7 +303,9 @@ def self_attention_wrong_value(
     _check_projections(x, w_q, w_k, w_v)
     q, k = x @ w_q, x @ w_k  # (B, N, D) @ (D, D) -> (B, N, D)
     v = x @ w_q  # the bug: w_q where w_v belongs; w_v is never used
-    weights = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(x.shape[-1]), dim=-1)  # (B, N, N)
+    weights = torch.softmax(
+        q @ k.transpose(-2, -1) / math.sqrt(x.shape[-1]), dim=-1
+    )  # (B, N, N)
     return weights @ v  # (B, N, N) @ (B, N, D) -> (B, N, D)
 # --8<-- [end:value_projection_wrong]
 
@@ -255,7 +317,9 @@ def self_attention(
     """Right: three projections, three weight matrices (x @ W, W of shape (D, D))."""
     _check_projections(x, w_q, w_k, w_v)
     q, k, v = x @ w_q, x @ w_k, x @ w_v  # (B, N, D) @ (D, D) -> (B, N, D)
-    weights = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(x.shape[-1]), dim=-1)  # (B, N, N)
+    weights = torch.softmax(
+        q @ k.transpose(-2, -1) / math.sqrt(x.shape[-1]), dim=-1
+    )  # (B, N, N)
     return weights @ v  # (B, N, N) @ (B, N, D) -> (B, N, D)
 # --8<-- [end:value_projection_right]
 
@@ -281,7 +345,9 @@ def masked_attention(
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (..., N, M)
     scores = scores.masked_fill(~allowed, float("-inf"))
     weights = torch.softmax(scores, dim=-1)
-    weights = weights.masked_fill(~allowed.any(dim=-1, keepdim=True), 0.0)  # 0/0 rows -> 0
+    weights = weights.masked_fill(
+        ~allowed.any(dim=-1, keepdim=True), 0.0
+    )  # 0/0 rows -> 0
     return weights @ v  # (..., N, M) @ (..., M, d) -> (..., N, d)
 # --8<-- [end:mask_after_softmax_right]
 
@@ -307,13 +373,12 @@ def mha_masked(
 
 
 # --8<-- [start:causal_kv_cache_wrong]
-def cached_decode_wrong(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    """WRONG for N < M: PyTorch's is_causal aligns the triangle to the upper left.
-
-    The N new queries are the LAST N positions, but upper-left alignment lets
-    query i see only keys 0..i: a single decoded token sees only the first
-    cached key.
-    """
+def cached_decode_wrong(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+) -> torch.Tensor:
+    """WRONG for N < M: PyTorch's is_causal aligns the triangle to the upper left."""
+    # The N new queries are the LAST N positions, but upper-left alignment lets
+    # query i see only keys 0..i: one decoded token sees only the first cached key.
     _check_decode(q, k, v)
     return F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, H, N, d)
 # --8<-- [end:causal_kv_cache_wrong]
@@ -330,7 +395,9 @@ def cached_decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Te
     return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)  # (B, H, N, d)
 
 
-def cached_decode_bias(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+def cached_decode_bias(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+) -> torch.Tensor:
     """Right, with PyTorch's own lower-right causal bias object."""
     _check_decode(q, k, v)
     from torch.nn.attention.bias import causal_lower_right
@@ -346,12 +413,16 @@ class DropoutAttentionWrong(nn.Module):
 
     def __init__(self, dropout: float = 0.1) -> None:
         super().__init__()
-        _check_dropout("dropout", dropout)
+        _check_dropout_rate("dropout", dropout)
         self.dropout = dropout
 
-    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+    ) -> torch.Tensor:
         _check_qkv(q, k, v)
-        return F.scaled_dot_product_attention(q, k, v, dropout_p=self.dropout)  # (B, H, N, d)
+        return F.scaled_dot_product_attention(
+            q, k, v, dropout_p=self.dropout
+        )  # (B, H, N, d)
 # --8<-- [end:dropout_eval_wrong]
 
 
@@ -361,24 +432,26 @@ class DropoutAttention(nn.Module):
 
     def __init__(self, dropout: float = 0.1) -> None:
         super().__init__()
-        _check_dropout("dropout", dropout)
+        _check_dropout_rate("dropout", dropout)
         self.dropout = dropout
 
-    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+    ) -> torch.Tensor:
         _check_qkv(q, k, v)
         dropout_p = self.dropout if self.training else 0.0
-        return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p)  # (B, H, N, d)
+        return F.scaled_dot_product_attention(
+            q, k, v, dropout_p=dropout_p
+        )  # (B, H, N, d)
 # --8<-- [end:dropout_eval_right]
 
 
 # --8<-- [start:half_fill_wrong]
 def masked_weights_wrong(scores: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
-    """WRONG: an additive -1e9 mask.
-
-    In float16, -1e9 rounds to -inf: a row with no allowed key becomes
-    softmax(all -inf) = NaN. In float32 and bfloat16 it stays finite, and the
-    same row spreads its weight evenly over the keys it must not see.
-    """
+    """WRONG: an additive -1e9 mask."""
+    # In float16, -1e9 rounds to -inf: a row with no allowed key becomes
+    # softmax(all -inf) = NaN. In float32 and bfloat16 it stays finite, and the
+    # same row spreads its weight evenly over the keys it must not see.
     _check_scores_allowed(scores, allowed)
     return torch.softmax(scores + (~allowed).to(scores.dtype) * -1e9, dim=-1)
 # --8<-- [end:half_fill_wrong]
@@ -393,12 +466,12 @@ def masked_weights(scores: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
     return weights.masked_fill(~allowed.any(dim=-1, keepdim=True), 0.0)
 
 
-def masked_weights_finfo_min(scores: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
-    """Right only when every row keeps at least one key (a causal mask, say).
-
-    ``masked_fill`` writes the most negative finite number of the dtype, so no
-    overflow; but a row with no allowed key still comes out uniform, not zero.
-    """
+def masked_weights_finfo_min(
+    scores: torch.Tensor, allowed: torch.Tensor
+) -> torch.Tensor:
+    """Right only when every row keeps at least one key (a causal mask, say)."""
+    # The most negative finite number of the dtype cannot overflow; but a row
+    # with no allowed key still comes out uniform, not zero.
     _check_scores_allowed(scores, allowed)
     scores = scores.masked_fill(~allowed, torch.finfo(scores.dtype).min)
     return torch.softmax(scores, dim=-1)
@@ -407,11 +480,9 @@ def masked_weights_finfo_min(scores: torch.Tensor, allowed: torch.Tensor) -> tor
 
 # --8<-- [start:batch_first_wrong]
 def mha_self_attend_wrong(mha: nn.MultiheadAttention, x: torch.Tensor) -> torch.Tensor:
-    """WRONG: x is (B, N, D) but mha was built with the default batch_first=False.
-
-    The module reads x as (N, B, D): each position attends across the batch,
-    mixing examples, and no error is raised because the shapes still fit.
-    """
+    """WRONG: x is (B, N, D) but mha was built with the default batch_first=False."""
+    # mha reads x as (N, B, D): each position attends across the batch, mixing
+    # examples, and no error is raised because the shapes still fit.
     _check_mha_call(mha, x)
     return mha(x, x, x, need_weights=False)[0]
 # --8<-- [end:batch_first_wrong]

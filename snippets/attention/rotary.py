@@ -1,4 +1,4 @@
-"""Rotary position embedding (RoPE): rotate q and k by an angle that grows with position.
+"""Rotary position embedding (RoPE): turn q and k by an angle that grows with position.
 
 Paper: Su, Lu, Pan, Murtadha, Wen and Liu (2021), "RoFormer: Enhanced
 Transformer with Rotary Position Embedding", arXiv:2104.09864, equations
@@ -20,228 +20,159 @@ They are the same rotation applied to a permuted head: a checkpoint trained
 with one needs its q/k projection rows permuted to run with the other, which
 is what Hugging Face's Llama conversion script does to Meta's weights.
 
+``rotary_tables(positions, r)`` gives the cos and sin of every position's
+angles; ``apply_rotary(x, cos, sin)`` rotates the first r dimensions of each
+head of x, whose N tokens must match the N rows of the tables (a table that
+does not fit x is refused by name, never broadcast or indexed out of range).
+
 This file needs only torch and the standard library: copy it into a project.
 """
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import nn
 
-__all__ = ["rotary_cache", "apply_rotary", "RotaryEmbedding"]
+__all__ = ["rotary_tables", "apply_rotary", "RotaryEmbedding"]
 
 
-# --8<-- [start:cache]
-def rotary_cache(
-    n_positions: int,
-    d_head: int,
-    *,
-    base: float = 10000.0,
-    device: torch.device | str | None = None,
-    dtype: torch.dtype = torch.float32,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos and sin of the angle ``t * theta_i`` for every position t and plane i.
-
-    Args:
-        n_positions: how many positions (0 .. n_positions - 1) to tabulate.
-        d_head: d, the head width; must be even (dimensions rotate in pairs).
-        base: the 10000 of ``theta_i = base^(-2i/d)``.
-        device: where to build the tables.
-        dtype: their dtype (float32 by default; float64 for gradcheck).
-
-    Returns:
-        ``(cos, sin)``, each ``(n_positions, d / 2)``.
-    """
-    if isinstance(n_positions, bool) or not isinstance(n_positions, int) or n_positions < 0:
-        raise ValueError(f"n_positions must be a non-negative int, got {n_positions!r}")
-    if isinstance(d_head, bool) or not isinstance(d_head, int) or d_head < 2 or d_head % 2:
-        raise ValueError(f"d_head must be an even int >= 2, got {d_head!r}")
-    _check_base(base)
-    _check_float_dtype(dtype)
-    # theta_i = base^(-2i/d): plane 0 turns by 1 radian per position, the last
-    # plane barely turns, so the planes cover many wavelengths.
-    theta = base ** (-torch.arange(0, d_head, 2, device=device, dtype=dtype) / d_head)  # (d/2,)
-    t = torch.arange(n_positions, device=device, dtype=dtype)  # (n_positions,)
-    angles = torch.outer(t, theta)  # (n_positions,) x (d/2,) -> (n_positions, d/2)
-    return angles.cos(), angles.sin()
-# --8<-- [end:cache]
+# --8<-- [start:check_rotary]
+def _check_rotary_tables(positions: torch.Tensor, rotary_dim: int, base: float) -> None:
+    """Refuse what would silently give wrong angles."""
+    if not isinstance(positions, torch.Tensor) or positions.is_floating_point() \
+            or positions.dtype == torch.bool or positions.dim() not in (1, 2):
+        got = f"{positions.dtype} {tuple(positions.shape)}" if isinstance(
+            positions, torch.Tensor) else type(positions).__name__
+        raise TypeError(f"positions must be an integer tensor (N,) or (B, N), "
+                        f"got {got}")
+    if not isinstance(rotary_dim, int) or rotary_dim < 2 or rotary_dim % 2:
+        raise ValueError(f"rotary_dim must be an even int >= 2, got {rotary_dim!r}")
+    if not (isinstance(base, (int, float)) and math.isfinite(base) and base > 1):
+        raise ValueError(f"base must be a finite number > 1, got {base!r}")
 
 
-# --8<-- [start:validate]
-def _check_base(base: object) -> None:
-    if isinstance(base, bool) or not isinstance(base, (int, float)) or not base > 1:
-        raise ValueError(f"base must be a number > 1, got {base!r}")
-
-
-def _check_float_dtype(dtype: object) -> None:
-    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
-        raise TypeError(f"dtype must be a floating torch.dtype, got {dtype!r}")
-
-
-def _check_rotary_inputs(
-    x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, positions: torch.Tensor | None
+def _check_apply_rotary(
+    x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
 ) -> None:
-    """Raise a clear error unless x (..., N, d), the (P, d/2) tables and positions fit."""
-    for name, t in (("x", x), ("cos", cos), ("sin", sin)):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-        if not t.is_floating_point():
-            raise TypeError(f"{name} must have a floating dtype, got {t.dtype}")
+    """Refuse tables that do not fit x: a silent broadcast rotates the wrong rows."""
+    if not isinstance(x, torch.Tensor) or not x.is_floating_point() or x.dim() != 4:
+        got = f"{x.dtype} {tuple(x.shape)}" if isinstance(x, torch.Tensor) \
+            else type(x).__name__
+        raise TypeError(f"x must be a floating tensor (B, H, N, d), got {got}")
+    for name, t in (("cos", cos), ("sin", sin)):
+        if not isinstance(t, torch.Tensor) or t.dim() not in (2, 3):
+            got = tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
+            raise ValueError(f"{name} must be (N, r/2) or (B, N, r/2), got {got}")
         if t.device != x.device:
             raise ValueError(f"{name} must be on x's device {x.device}, got {t.device}")
-    if x.dim() < 2:
-        raise ValueError(f"x must have at least 2 dimensions (..., N, d), got shape {tuple(x.shape)}")
-    n, d = x.shape[-2], x.shape[-1]
-    if cos.shape != sin.shape or cos.dim() != 2 or 2 * cos.shape[-1] != d:
-        raise ValueError(
-            f"cos and sin must both be (P, d/2) = (P, {d // 2}) for a head of width "
-            f"d={d}, got {tuple(cos.shape)} and {tuple(sin.shape)}"
-        )
-    if positions is None:
-        return
-    if not isinstance(positions, torch.Tensor):
-        raise TypeError(f"positions must be a torch.Tensor or None, got {type(positions).__name__}")
-    if positions.dtype.is_floating_point or positions.dtype.is_complex or positions.dtype == torch.bool:
-        raise TypeError(f"positions must hold integers, got {positions.dtype}")
-    if positions.device != x.device:
-        raise ValueError(f"positions must be on x's device {x.device}, got {positions.device}")
-    if positions.dim() not in (1, 2) or positions.shape[-1] != n:
-        raise ValueError(
-            f"positions must be (N,) or (B, N) with N={n}, got {tuple(positions.shape)}"
-        )
-    if positions.dim() == 2 and (x.dim() < 4 or positions.shape[0] not in (1, x.shape[-4])):
-        raise ValueError(
-            "positions of shape (B, N) need x of shape (B, H, N, d) with the same B, got "
-            f"positions {tuple(positions.shape)} and x {tuple(x.shape)}"
-        )
-    if positions.numel() and int(positions.min()) < 0:
-        raise ValueError(f"positions must be >= 0, got a minimum of {int(positions.min())}")
-    if positions.numel() and int(positions.max()) >= cos.shape[0]:
-        raise ValueError(
-            f"positions must be < {cos.shape[0]}, the length of the cos/sin cache (build it "
-            f"with n_positions > {int(positions.max())}), got a maximum of {int(positions.max())}"
-        )
+    if cos.shape != sin.shape:
+        raise ValueError(f"cos and sin must have one shape, got {tuple(cos.shape)} and "
+                         f"{tuple(sin.shape)}")
+    n, d, half = x.shape[-2], x.shape[-1], cos.shape[-1]
+    batch_ok = cos.dim() == 2 or cos.shape[0] == x.shape[0]
+    if cos.shape[-2] != n or 2 * half > d or not batch_ok:
+        raise ValueError(f"cos must be (N, r/2) or (B, N, r/2) with N = {n}, "
+                         f"r <= d = {d} and B = {x.shape[0]}, got {tuple(cos.shape)}")
+# --8<-- [end:check_rotary]
 
 
-def _check_qk(q: torch.Tensor, k: torch.Tensor, d_head: int) -> None:
-    """Raise a clear error unless q (..., N, d) and k (..., M, d) are one dtype and device."""
-    for name, t in (("q", q), ("k", k)):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-        if not t.is_floating_point():
-            raise TypeError(f"{name} must have a floating dtype, got {t.dtype}")
-        if t.dim() < 2 or t.shape[-1] != d_head:
-            raise ValueError(
-                f"{name} must have shape (..., length, d_head) with d_head={d_head}, "
-                f"got shape {tuple(t.shape)}"
-            )
-    if q.dtype != k.dtype:
-        raise TypeError(f"q and k must share one dtype, got {q.dtype} and {k.dtype}")
-    if q.device != k.device:
-        raise ValueError(f"q and k must be on one device, got {q.device} and {k.device}")
-# --8<-- [end:validate]
+# --8<-- [start:rotary_tables]
+def rotary_tables(
+    positions: torch.Tensor, rotary_dim: int, base: float = 10000.0
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin of t * base^(-2i / r) for every position t, each (..., N, r/2)."""
+    _check_rotary_tables(positions, rotary_dim, base)
+    # float64 angles: t * theta loses digits in float32 at large t (no float64 on MPS)
+    wide = torch.float32 if positions.device.type == "mps" else torch.float64
+    i = torch.arange(0, rotary_dim, 2, dtype=wide, device=positions.device)  # (r/2,)
+    inv_freq = base ** (-i / rotary_dim)  # theta_i, (r/2,)
+    # (..., N, 1) * (r/2,) -> (..., N, r/2)
+    angles = positions.to(wide).unsqueeze(-1) * inv_freq
+    return angles.cos(), angles.sin()
+# --8<-- [end:rotary_tables]
 
 
-# --8<-- [start:apply]
+# --8<-- [start:apply_rotary]
 def apply_rotary(
-    x: torch.Tensor,
-    cos: torch.Tensor,
-    sin: torch.Tensor,
-    *,
-    positions: torch.Tensor | None = None,
-    interleaved: bool = False,
+    x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, interleaved: bool = False
 ) -> torch.Tensor:
-    """Rotate each pair of dimensions of x by its position's angle.
-
-    For a plane with coordinates (x1, x2) and angle a:
-    ``(x1, x2) -> (x1 cos a - x2 sin a, x1 sin a + x2 cos a)``.
-
-    Args:
-        x: queries or keys, ``(B, H, N, d)``.
-        cos: from ``rotary_cache``, ``(P, d / 2)`` with P > every position.
-        sin: from ``rotary_cache``, ``(P, d / 2)``.
-        positions: the position of each of the N tokens, ``(N,)`` or ``(B, N)``
-            integers; ``None`` means ``0 .. N - 1``. With a KV cache, pass the
-            absolute positions of the new tokens.
-        interleaved: pair dimensions (2i, 2i + 1) as in the paper and Meta's
-            Llama code; otherwise (i, i + d/2) as in GPT-NeoX and the Hugging
-            Face port of Llama.
-
-    Returns:
-        A tensor like x.
-    """
-    _check_rotary_inputs(x, cos, sin, positions)
-    n, d = x.shape[-2], x.shape[-1]
-    if positions is None:
-        positions = torch.arange(n, device=x.device)  # (N,)
-
-    dtype = x.dtype
-    # Rotate in float32 for half-precision inputs; cast back at the end.
-    acc = torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
-    c = cos.to(acc)[positions]  # (N, d/2) or (B, N, d/2)
-    s = sin.to(acc)[positions]  # (N, d/2) or (B, N, d/2)
-    if positions.dim() == 2:
-        c, s = c.unsqueeze(-3), s.unsqueeze(-3)  # (B, N, d/2) -> (B, 1, N, d/2), shared by heads
-    x = x.to(acc)
-    if interleaved:
-        x1, x2 = x[..., 0::2], x[..., 1::2]  # (B, H, N, d/2) each
+    """Rotate the first r = 2 cos.shape[-1] dims of each head; the rest pass."""
+    _check_apply_rotary(x, cos, sin)
+    if cos.dim() == 3:  # (B, N, r/2) -> (B, 1, N, r/2): one table per sequence
+        cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+    acc = torch.float32 if x.dtype in (torch.float16, torch.bfloat16) else x.dtype
+    r = 2 * cos.shape[-1]
+    rot, c, s = x[..., :r].to(acc), cos.to(acc), sin.to(acc)
+    if interleaved:  # pairs (2i, 2i + 1): the paper and Meta's own code
+        x1, x2 = rot[..., 0::2], rot[..., 1::2]  # (B, H, N, r/2) each
+    else:  # pairs (i, i + r/2): GPT-NeoX and the Hugging Face port of Llama
+        x1, x2 = rot[..., : r // 2], rot[..., r // 2 :]  # (B, H, N, r/2) each
+    r1, r2 = x1 * c - x2 * s, x1 * s + x2 * c  # (B, H, N, r/2) each
+    if interleaved:  # back to (2i, 2i + 1) order
+        out = torch.stack((r1, r2), dim=-1).flatten(-2)
     else:
-        x1, x2 = x[..., : d // 2], x[..., d // 2 :]  # (B, H, N, d/2) each
-    r1 = x1 * c - x2 * s  # (B, H, N, d/2)
-    r2 = x1 * s + x2 * c  # (B, H, N, d/2)
-    if interleaved:
-        out = torch.stack((r1, r2), dim=-1).flatten(-2)  # (B, H, N, d/2, 2) -> (B, H, N, d)
-    else:
-        out = torch.cat((r1, r2), dim=-1)  # (B, H, N, d)
-    return out.to(dtype)
-# --8<-- [end:apply]
+        out = torch.cat((r1, r2), dim=-1)
+    return torch.cat((out.to(x.dtype), x[..., r:]), dim=-1)  # (B, H, N, d)
+# --8<-- [end:apply_rotary]
 
 
 # --8<-- [start:module]
 class RotaryEmbedding(nn.Module):
-    """Applies RoPE to q and k, growing its cos/sin cache when a longer input comes.
+    """Applies RoPE to q and k, the queries taking the last N of the M key positions.
 
     Args:
-        d_head: d, the head width (even).
+        d_head: d, the head width (even); every dimension is rotated.
         base: the 10000 of ``theta_i = base^(-2i/d)``.
         interleaved: the pairing of dimensions (see ``apply_rotary``).
+
+    Shape:
+        q ``(B, H, N, d)`` and k ``(B, H_kv, M, d)`` with N <= M -> the same.
     """
 
-    def __init__(self, d_head: int, *, base: float = 10000.0, interleaved: bool = False) -> None:
+    def __init__(
+        self, d_head: int, *, base: float = 10000.0, interleaved: bool = False
+    ) -> None:
         super().__init__()
-        rotary_cache(0, d_head, base=base)  # validates d_head and base
-        self.d_head = d_head
-        self.base = base
-        self.interleaved = interleaved
-        # Not a fixed-length buffer: the cache grows on demand, so no input is too long.
-        self._cos: torch.Tensor | None = None
-        self._sin: torch.Tensor | None = None
+        _check_rotary_tables(torch.zeros(0, dtype=torch.long), d_head, base)
+        self.d_head, self.base, self.interleaved = d_head, base, interleaved
 
-    def _tables(self, n_positions: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-        if self._cos is None or self._cos.shape[0] < n_positions or self._cos.device != device:
-            size = max(n_positions, 2 * (0 if self._cos is None else self._cos.shape[0]))
-            self._cos, self._sin = rotary_cache(size, self.d_head, base=self.base, device=device)
-        return self._cos, self._sin
+    def _check_forward(self, q: torch.Tensor, k: torch.Tensor, offset: int) -> None:
+        """Refuse q longer than k, a negative offset, or heads of another width."""
+        for name, t in (("q", q), ("k", k)):
+            is_tensor = isinstance(t, torch.Tensor)
+            if not is_tensor or not t.is_floating_point() or t.dim() != 4:
+                got = f"{t.dtype} {tuple(t.shape)}" if is_tensor else t
+                raise TypeError(f"{name} must be floating (B, heads, N, d), got {got}")
+            if t.shape[-1] != self.d_head:
+                raise ValueError(
+                    f"{name} must have head width d_head = {self.d_head}, "
+                    f"got shape {tuple(t.shape)}"
+                )
+        if q.device != k.device:
+            raise ValueError(
+                f"q and k must be on one device, got {q.device} and {k.device}"
+            )
+        if q.shape[-2] > k.shape[-2]:
+            raise ValueError(
+                f"q may not be longer than k, got N={q.shape[-2]} and M={k.shape[-2]}"
+            )
+        if not isinstance(offset, int) or offset < 0:
+            raise ValueError(f"offset must be a non-negative int, got {offset!r}")
+    # --8<-- [end:module]
 
+    # --8<-- [start:forward]
     def forward(
         self, q: torch.Tensor, k: torch.Tensor, *, offset: int = 0
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Rotate q ``(B, H, N, d)`` and k ``(B, H_kv, M, d)``.
-
-        The queries take the last N of the positions ``offset .. offset + M - 1``
-        (lower-right alignment, as for a KV cache whose keys are all passed in);
-        ``offset`` shifts everything, e.g. for a sequence that starts mid-stream.
-        """
-        _check_qk(q, k, self.d_head)
+        """Rotate k at offset .. offset + M - 1 and q at the last N of them."""
+        self._check_forward(q, k, offset)
         n, m = q.shape[-2], k.shape[-2]
-        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
-            raise ValueError(f"offset must be a non-negative int, got {offset!r}")
-        if n > m:
-            raise ValueError(f"q may not be longer than k, got N={n} and M={m}")
-        cos, sin = self._tables(offset + m, q.device)
-        k_pos = torch.arange(offset, offset + m, device=q.device)  # (M,)
-        q_pos = k_pos[m - n :]  # (N,), the last N positions
-        q = apply_rotary(q, cos, sin, positions=q_pos, interleaved=self.interleaved)
-        k = apply_rotary(k, cos, sin, positions=k_pos, interleaved=self.interleaved)
-        return q, k
-# --8<-- [end:module]
+        k_pos = torch.arange(offset, offset + m, device=k.device)  # (M,)
+        cos, sin = rotary_tables(k_pos, self.d_head, self.base)  # (M, d/2) each
+        # lower-right alignment: query i sits at key position i + (M - N)
+        q = apply_rotary(q, cos[m - n :], sin[m - n :], interleaved=self.interleaved)
+        k = apply_rotary(k, cos, sin, interleaved=self.interleaved)
+        return q, k  # (B, H, N, d), (B, H_kv, M, d)
+    # --8<-- [end:forward]

@@ -201,7 +201,7 @@ GPT_PAGE = "history/gpt.md"
 
 
 def _gpt(norm_first: bool = False, activation: str = "gelu"):
-    from snippets.architecture.block import TransformerBlock
+    from snippets.architecture.transformer_block import TransformerBlock
     from snippets.attention.multi_head import MultiHeadAttention
     from snippets.history import gpt
 
@@ -284,7 +284,7 @@ def _bert_pair(hf_class_name: str, wrapper: str | None = None):
     """A random transformers BERT in float64 and ours with its weights copied in."""
     import transformers
 
-    from snippets.architecture.block import TransformerBlock
+    from snippets.architecture.transformer_block import TransformerBlock
     from snippets.attention.multi_head import MultiHeadAttention
     from snippets.history import bert
 

@@ -21,74 +21,86 @@ This file needs only torch and the standard library: copy it into a project.
 from __future__ import annotations
 
 import copy
+import math
 
 import torch
 import torch.nn.functional as F
-from torch import nn
+from torch import Tensor, nn
 
 __all__ = ["TransformerBlock", "TorchAttention"]
 
+_ACTIVATIONS = {"gelu": F.gelu, "relu": F.relu}
+
 
 # --8<-- [start:validate]
-def _check_like_module(name: str, t: torch.Tensor, weight: torch.Tensor) -> None:
-    """Raise unless t has the device (and, outside autocast, the dtype) of the module's weight."""
-    if t.device != weight.device:
-        raise ValueError(f"{name} must be on the module's device {weight.device}, got {t.device}")
-    autocast = torch.amp.is_autocast_available(t.device.type) and torch.is_autocast_enabled(t.device.type)
-    if t.dtype != weight.dtype and not autocast:
-        raise TypeError(f"{name} must have the module's dtype {weight.dtype}, got {t.dtype}")
+def _check_block_sizes(attention, d_model, d_ff, dropout, activation, eps) -> None:
+    """Refuse sizes, rates and an activation the block cannot build."""
+    if not isinstance(attention, nn.Module):
+        raise TypeError(
+            f"attention must be an nn.Module, got {type(attention).__name__}"
+        )
+    for name, value in (("d_model", d_model), ("d_ff", d_ff)):
+        if not isinstance(value, int) or value <= 0:
+            raise ValueError(f"{name} must be a positive int, got {value!r}")
+    if not isinstance(dropout, (int, float)) or not 0.0 <= dropout < 1.0:
+        raise ValueError(f"dropout must be a float in [0, 1), got {dropout!r}")
+    if activation not in _ACTIVATIONS:
+        raise ValueError(
+            f"activation must be one of {sorted(_ACTIVATIONS)}, got {activation!r}"
+        )
+    if not isinstance(eps, (int, float)) or not 0 < eps < math.inf:
+        raise ValueError(f"layer_norm_eps must be a finite float > 0, got {eps!r}")
 
 
-def _check_dropout(name: str, p: float) -> None:
-    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p < 1.0:
-        raise ValueError(f"{name} must be a float in [0, 1), got {p!r}")
-
-
-def _check_positive_float(name: str, value: float) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
-        raise ValueError(f"{name} must be a finite float > 0, got {value!r}")
-
-
-def _check_tokens(name: str, x: object, d_model: int, weight: torch.Tensor | None) -> None:
-    """Raise unless x is a floating (B, N, d_model) tensor that can meet the module's weight."""
-    if not isinstance(x, torch.Tensor) or x.dim() != 3 or x.shape[-1] != d_model:
-        got = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
-        raise ValueError(f"{name} must have shape (B, N, D) with D = {d_model}, got {got}")
+def _check_block_tokens(name: str, x: Tensor, d_model: int, weight: Tensor) -> None:
+    """Refuse x unless it is a floating (B, N, D) tensor like the module's weight."""
+    if not isinstance(x, Tensor) or x.dim() != 3 or x.shape[-1] != d_model:
+        got = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
+        raise ValueError(
+            f"{name} must have shape (B, N, D) with D = {d_model}, got {got}"
+        )
     if not x.is_floating_point():
         raise TypeError(f"{name} must have a floating dtype, got {x.dtype}")
-    if weight is not None:
-        _check_like_module(name, x, weight)
+    if x.device != weight.device:
+        raise ValueError(
+            f"{name} must be on the module's device {weight.device}, got {x.device}"
+        )
+    if x.dtype != weight.dtype and not torch.is_autocast_enabled(x.device.type):
+        raise TypeError(
+            f"{name} must have the module's dtype {weight.dtype}, got {x.dtype}"
+        )
 
 
 def _check_torch_attention_call(
     mha: nn.MultiheadAttention,
-    x: torch.Tensor,
-    attn_mask: torch.Tensor | None,
-    key_mask: torch.Tensor | None,
+    x: Tensor,
+    attn_mask: Tensor | None,
+    key_mask: Tensor | None,
 ) -> None:
-    """Raise unless x (B, N, D), attn_mask (N, N) and key_mask (B, N) fit ``mha``."""
-    _check_tokens("x", x, mha.embed_dim, mha.out_proj.weight)
+    """Refuse x (B, N, D), attn_mask (N, N) and key_mask (B, N) that do not fit mha."""
+    _check_block_tokens("x", x, mha.embed_dim, mha.out_proj.weight)
     b, n, _ = x.shape
-    if attn_mask is not None:
-        if not isinstance(attn_mask, torch.Tensor):
-            raise TypeError(f"attn_mask must be a torch.Tensor or None, got {type(attn_mask).__name__}")
-        if attn_mask.dtype != torch.bool and attn_mask.dtype != x.dtype:
-            raise TypeError(
-                f"attn_mask must be torch.bool (True = may attend) or {x.dtype} "
-                f"(added to the scores), got {attn_mask.dtype}"
+    wants = {
+        "attn_mask": ((n, n), "(N, N)", "torch.bool (True = may attend) or "
+                      f"{x.dtype} (added to the scores)"),
+        "key_mask": ((b, n), "(B, N)", "a torch.bool tensor (True = real token)"),
+    }
+    for name, mask in (("attn_mask", attn_mask), ("key_mask", key_mask)):
+        shape, letters, kinds = wants[name]
+        ok = (torch.bool, x.dtype) if name == "attn_mask" else (torch.bool,)
+        if mask is None:
+            continue
+        if not isinstance(mask, Tensor) or mask.dtype not in ok:
+            got = mask.dtype if isinstance(mask, Tensor) else type(mask).__name__
+            raise TypeError(f"{name} must be {kinds}, got {got}")
+        if mask.shape != shape:
+            raise ValueError(
+                f"{name} must have shape {letters} = {shape}, got {tuple(mask.shape)}"
             )
-        if attn_mask.shape != (n, n):
-            raise ValueError(f"attn_mask must have shape (N, N) = ({n}, {n}), got {tuple(attn_mask.shape)}")
-        if attn_mask.device != x.device:
-            raise ValueError(f"attn_mask must be on x's device {x.device}, got {attn_mask.device}")
-    if key_mask is not None:
-        if not isinstance(key_mask, torch.Tensor) or key_mask.dtype != torch.bool:
-            got = key_mask.dtype if isinstance(key_mask, torch.Tensor) else type(key_mask).__name__
-            raise TypeError(f"key_mask must be a torch.bool tensor (True = real token), got {got}")
-        if key_mask.shape != (b, n):
-            raise ValueError(f"key_mask must have shape (B, N) = ({b}, {n}), got {tuple(key_mask.shape)}")
-        if key_mask.device != x.device:
-            raise ValueError(f"key_mask must be on x's device {x.device}, got {key_mask.device}")
+        if mask.device != x.device:
+            raise ValueError(
+                f"{name} must be on x's device {x.device}, got {mask.device}"
+            )
 # --8<-- [end:validate]
 
 
@@ -111,38 +123,45 @@ class TorchAttention(nn.Module):
     def __init__(self, mha: nn.MultiheadAttention) -> None:
         super().__init__()
         if not isinstance(mha, nn.MultiheadAttention):
-            raise TypeError(f"mha must be an nn.MultiheadAttention, got {type(mha).__name__}")
+            raise TypeError(
+                f"mha must be an nn.MultiheadAttention, got {type(mha).__name__}"
+            )
         if not mha.batch_first:
-            raise ValueError("mha must be built with batch_first=True, got batch_first=False")
+            raise ValueError(
+                "mha must be built with batch_first=True, got batch_first=False"
+            )
         self.mha = mha
 
     def forward(
         self,
-        x: torch.Tensor,
+        x: Tensor,
         *,
-        attn_mask: torch.Tensor | None = None,
-        key_mask: torch.Tensor | None = None,
+        attn_mask: Tensor | None = None,
+        key_mask: Tensor | None = None,
         is_causal: bool = False,
-    ) -> tuple[torch.Tensor, None]:
+    ) -> tuple[Tensor, None]:
+        """nn.MultiheadAttention on x, the guide's masks flipped to True = blocked."""
         _check_torch_attention_call(self.mha, x, attn_mask, key_mask)
         n = x.shape[1]
         blocked = None
-        if attn_mask is not None:
-            blocked = ~attn_mask if attn_mask.dtype == torch.bool else attn_mask  # flip the polarity
-        if is_causal:
-            future = torch.ones(n, n, dtype=torch.bool, device=x.device).triu(1)  # (N, N), True = blocked
+        if attn_mask is not None:  # flip the polarity of a boolean mask
+            blocked = ~attn_mask if attn_mask.dtype == torch.bool else attn_mask
+        if is_causal:  # (N, N), True = blocked
+            future = torch.ones(n, n, dtype=torch.bool, device=x.device).triu(1)
             if blocked is None or blocked.dtype == torch.bool:
                 blocked = future if blocked is None else blocked | future
             else:
                 blocked = blocked.masked_fill(future, float("-inf"))
         padding = None if key_mask is None else ~key_mask  # (B, N), True = padded
-        out, _ = self.mha(x, x, x, attn_mask=blocked, key_padding_mask=padding, need_weights=False)
+        out, _ = self.mha(
+            x, x, x, attn_mask=blocked, key_padding_mask=padding, need_weights=False
+        )
         return out, None
+
 # --8<-- [end:torch_attention]
 
-_ACTIVATIONS = {"gelu": F.gelu, "relu": F.relu}
 
-
+# --8<-- [start:init]
 class TransformerBlock(nn.Module):
     """One encoder-style block: self-attention, then a position-wise MLP.
 
@@ -156,11 +175,13 @@ class TransformerBlock(nn.Module):
         layer_norm_eps: the LayerNorm epsilon.
         bias: give the MLP and the LayerNorms a bias.
 
+    Calling the block: ``block(x, *, attn_mask=None, key_mask=None,
+    is_causal=False)``; the three masks go to the attention module unchanged.
+
     Shape:
         ``(B, N, D)`` -> ``(B, N, D)``.
     """
 
-    # --8<-- [start:init]
     def __init__(
         self,
         attention: nn.Module,
@@ -174,22 +195,13 @@ class TransformerBlock(nn.Module):
         bias: bool = True,
     ) -> None:
         super().__init__()
-        if not isinstance(attention, nn.Module):
-            raise TypeError(f"attention must be an nn.Module, got {type(attention).__name__}")
-        for name, value in (("d_model", d_model), ("d_ff", d_ff)):
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
-        _check_dropout("dropout", dropout)
-        if not isinstance(activation, str) or activation not in _ACTIVATIONS:
-            raise ValueError(
-                f"activation must be one of {sorted(_ACTIVATIONS)}, got {activation!r}"
-            )
-        _check_positive_float("layer_norm_eps", layer_norm_eps)
+        _check_block_sizes(
+            attention, d_model, d_ff, dropout, activation, layer_norm_eps
+        )
         self.d_model = d_model
         self.norm_first = norm_first
         self.activation_name = activation
         self.activation = _ACTIVATIONS[activation]
-
         self.attention = attention
         self.linear1 = nn.Linear(d_model, d_ff, bias=bias)  # D -> d_ff
         self.linear2 = nn.Linear(d_ff, d_model, bias=bias)  # d_ff -> D
@@ -201,50 +213,30 @@ class TransformerBlock(nn.Module):
     # --8<-- [end:init]
 
     # --8<-- [start:branches]
-    def _attention_branch(
-        self,
-        x: torch.Tensor,
-        attn_mask: torch.Tensor | None,
-        key_mask: torch.Tensor | None,
-        is_causal: bool,
-    ) -> torch.Tensor:
-        out = self.attention(x, attn_mask=attn_mask, key_mask=key_mask, is_causal=is_causal)[0]
-        return self.dropout1(out)  # (B, N, D)
+    def _attention_branch(self, x: Tensor, **masks) -> Tensor:
+        """Dropout(Attn(x)), the masks passed through."""
+        return self.dropout1(self.attention(x, **masks)[0])  # (B, N, D)
 
-    def _mlp_branch(self, x: torch.Tensor) -> torch.Tensor:
-        hidden = self.dropout(self.activation(self.linear1(x)))  # (B, N, D) -> (B, N, d_ff)
+    def _mlp_branch(self, x: Tensor) -> Tensor:
+        """Dropout(W_2 Dropout(act(W_1 x + b_1)) + b_2)."""
+        hidden = self.dropout(self.activation(self.linear1(x)))  # (B, N, d_ff)
         return self.dropout2(self.linear2(hidden))  # (B, N, d_ff) -> (B, N, D)
     # --8<-- [end:branches]
 
     # --8<-- [start:forward]
     def forward(
-        self,
-        x: torch.Tensor,
-        *,
-        attn_mask: torch.Tensor | None = None,
-        key_mask: torch.Tensor | None = None,
-        is_causal: bool = False,
-    ) -> torch.Tensor:
-        """Apply the block.
-
-        Args:
-            x: tokens, ``(B, N, D)``.
-            attn_mask: passed to the attention module.
-            key_mask: ``(B, N)``, passed to the attention module.
-            is_causal: passed to the attention module.
-
-        Returns:
-            ``(B, N, D)``.
-        """
-        _check_tokens("x", x, self.d_model, self.linear1.weight)
+        self, x: Tensor, *, attn_mask: Tensor | None = None,
+        key_mask: Tensor | None = None, is_causal: bool = False,
+    ) -> Tensor:
+        """Pre-norm: x + Attn(LN(x)), then + MLP(LN(x)); post-norm: LN(x + ...)."""
+        _check_block_tokens("x", x, self.d_model, self.linear1.weight)
         masks = dict(attn_mask=attn_mask, key_mask=key_mask, is_causal=is_causal)
         if self.norm_first:
             # Pre-norm: the residual stream x is never normalised, so the
             # identity path carries gradients straight through every block.
             x = x + self._attention_branch(self.norm1(x), **masks)
             x = x + self._mlp_branch(self.norm2(x))
-        else:
-            # Post-norm (2017): normalise after each residual sum.
+        else:  # post-norm (2017): normalise after each residual sum
             x = self.norm1(x + self._attention_branch(x, **masks))
             x = self.norm2(x + self._mlp_branch(x))
         return x  # (B, N, D)
@@ -254,7 +246,7 @@ class TransformerBlock(nn.Module):
     @classmethod
     def from_torch(
         cls, layer: nn.TransformerEncoderLayer, attention: nn.Module | None = None
-    ) -> "TransformerBlock":
+    ) -> TransformerBlock:
         """Copy the norms and the MLP of ``nn.TransformerEncoderLayer``.
 
         Pass the attention to use, typically the guide's
@@ -272,17 +264,21 @@ class TransformerBlock(nn.Module):
         """
         if not isinstance(layer, nn.TransformerEncoderLayer):
             raise TypeError(
-                f"layer must be an nn.TransformerEncoderLayer, got {type(layer).__name__}"
+                "layer must be an nn.TransformerEncoderLayer, "
+                f"got {type(layer).__name__}"
             )
         if attention is not None and not isinstance(attention, nn.Module):
-            raise TypeError(f"attention must be an nn.Module or None, got {type(attention).__name__}")
+            got = type(attention).__name__
+            raise TypeError(f"attention must be an nn.Module or None, got {got}")
         act = layer.activation
         if act is F.relu or isinstance(act, nn.ReLU):
             name = "relu"
         elif act is F.gelu or (isinstance(act, nn.GELU) and act.approximate == "none"):
             name = "gelu"
         else:  # tanh-approximate GELU, SiLU, ...: not what this block computes
-            raise ValueError(f"layer.activation must be ReLU or exact GELU, got {act!r}")
+            raise ValueError(
+                f"layer.activation must be ReLU or exact GELU, got {act!r}"
+            )
         if attention is None:
             attention = TorchAttention(copy.deepcopy(layer.self_attn))
         ref = layer.linear1.weight
