@@ -8,7 +8,8 @@ A page asks for a figure with an image whose address starts ``figure:``::
 matplotlib (the snippets' own functions compute what is drawn) and returns a
 ``matplotlib.figure.Figure``. Every public function of a ``docs/figures/*.py``
 file is a figure. Each is rendered twice to SVG, with the light and the dark
-palette's ink on a transparent background, and the page gets both images with
+palette's ink on a transparent background, cropped to a box that holds every
+label (a long title is never cut at the edge), and the page gets both images with
 Material's ``#only-light`` / ``#only-dark`` fragments, so a reader sees the one
 drawn for the palette in use.
 
@@ -54,7 +55,7 @@ from field_guide_hooks import closure  # noqa: E402
 
 log = logging.getLogger("mkdocs.hooks.figures")
 
-HOOK_VERSION = "1"  # bump to invalidate every cached figure
+HOOK_VERSION = "2"  # bump to invalidate every cached figure
 FIGURES_DIR = "figures"
 PALETTES = ("light", "dark")
 REFERENCE = re.compile(r"!\[(?P<alt>[^\]]*)\]\(figure:(?P<script>[A-Za-z][\w-]*)/(?P<name>[A-Za-z]\w*)\)")
@@ -118,7 +119,10 @@ def render_script(script: pathlib.Path, target: pathlib.Path) -> list[str]:
                 with matplotlib.rc_context(palette_style.rc if style is not None else {}):
                     fig = function(palette_style)
                     buffer = io.StringIO()
-                    fig.savefig(buffer, format="svg", transparent=True, metadata={"Date": None})
+                    # A tight box grows the canvas to hold every label: a long
+                    # title is never cut at the figure's edge.
+                    fig.savefig(buffer, format="svg", transparent=True, metadata={"Date": None},
+                                bbox_inches="tight", pad_inches=0.04)
             except Exception as exc:  # noqa: BLE001 - reported as one line
                 shutil.rmtree(tmp, ignore_errors=True)
                 message = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
