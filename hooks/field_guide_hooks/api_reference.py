@@ -44,7 +44,10 @@ def exported_names(path: pathlib.Path) -> list[str]:
     tree = ast.parse(path.read_text(encoding="utf-8"))
     for node in tree.body:
         if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets):
-            return [str(v) for v in ast.literal_eval(node.value)]
+            try:
+                return [str(v) for v in ast.literal_eval(node.value)]
+            except ValueError:  # built by an expression: fall back to the definitions
+                break
     return [
         node.name
         for node in tree.body
