@@ -138,6 +138,12 @@ def collect(root: pathlib.Path, docs: pathlib.Path) -> dict[str, list[SnippetFil
 def area_markdown(area: str, title: str, files: list[SnippetFile], docs: pathlib.Path) -> str:
     """The Markdown of ``api/<area>.md``: one section per file, one entry per public name."""
     lines = [
+        # The teaching page ranks above its reference entries in search.
+        "---",
+        "search:",
+        "  boost: 0.5",
+        "---",
+        "",
         f"# API reference: {title}",
         "",
         f"The public functions and classes of the `snippets/{area}/` files, with their "
