@@ -24,9 +24,7 @@
 from __future__ import annotations
 
 import base64
-import hashlib
 import importlib.metadata
-import importlib.util
 import json
 import logging
 import os
@@ -36,6 +34,13 @@ import time
 
 from mkdocs.structure.files import File, Files
 from mkdocs.utils import get_relative_url
+
+# MkDocs loads hooks by path: shared helpers live in a package next to this file.
+_HOOKS = str(pathlib.Path(__file__).resolve().parent)
+if _HOOKS not in sys.path:
+    sys.path.append(_HOOKS)
+
+from field_guide_hooks import closure  # noqa: E402
 
 log = logging.getLogger("mkdocs.hooks.explorer")
 
@@ -177,17 +182,8 @@ def read_data_script(text: str) -> dict:
 # Cache
 # ----------------------------------------------------------------------------
 def _cache_key(root: pathlib.Path) -> str:
-    spec = importlib.util.spec_from_file_location("field_guide_examples_hook", pathlib.Path(__file__).with_name("examples.py"))
-    examples_hook = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(examples_hook)
-    h = hashlib.sha256(
-        f"explorer-hook={HOOK_VERSION}\npython={sys.version}\ntorch={importlib.metadata.version('torch')}\n".encode()
-    )
-    this = pathlib.Path(__file__).resolve()
-    for file in [this, *examples_hook.local_dependencies(this, [root])]:
-        h.update(f"\n--- {file.name}\n".encode())
-        h.update(file.read_bytes())
-    return h.hexdigest()
+    header = f"explorer-hook={HOOK_VERSION}\npython={sys.version}\ntorch={importlib.metadata.version('torch')}\n"
+    return closure.cache_key(pathlib.Path(__file__).resolve(), [root], header)
 
 
 def _cache_dir(root: pathlib.Path) -> pathlib.Path:

@@ -8,13 +8,15 @@ A page asks for a figure with an image whose address starts ``figure:``::
 matplotlib (the snippets' own functions compute what is drawn) and returns a
 ``matplotlib.figure.Figure``. Every public function of a ``docs/figures/*.py``
 file is a figure. Each is rendered twice to SVG, with the light and the dark
-palette's ink on a transparent background, and the page gets both images with
+palette's ink on a transparent background, cropped to a box that holds every
+label (a long title is never cut at the edge), and the page gets both images with
 Material's ``#only-light`` / ``#only-dark`` fragments, so a reader sees the one
 drawn for the palette in use.
 
 * The rendered SVGs are cached per script, keyed by the script, every local
   module it imports (transitively: the snippets it draws with, ``_style.py``),
-  every file of ``docs/data/`` that one of those names (``models.yaml``, read
+  every file of ``docs/data/`` that one of those names (the dependency closure
+  of ``hooks/field_guide_hooks/closure.py``, shared with the examples) (``models.yaml``, read
   through ``hooks/models_table.py``), the matplotlib and Python versions. The cache sits in
   ``$FIELD_GUIDE_FIGURE_CACHE``, else in a ``figures`` folder of the example
   cache (``$FIELD_GUIDE_EXAMPLE_CACHE`` or ``.cache/examples``).
@@ -29,7 +31,6 @@ drawn for the palette in use.
 
 from __future__ import annotations
 
-import hashlib
 import importlib.metadata
 import importlib.util
 import io
@@ -37,7 +38,6 @@ import json
 import logging
 import os
 import pathlib
-import posixpath
 import re
 import shutil
 import sys
@@ -50,6 +50,13 @@ from mkdocs.exceptions import PluginError
 from mkdocs.structure.files import File, Files
 from mkdocs.utils import get_relative_url
 
+# MkDocs loads hooks by path: shared helpers live in a package next to this file.
+_HOOKS = str(pathlib.Path(__file__).resolve().parent)
+if _HOOKS not in sys.path:
+    sys.path.append(_HOOKS)
+
+from field_guide_hooks import closure  # noqa: E402
+
 log = logging.getLogger("mkdocs.hooks.figures")
 
 HOOK_VERSION = "2"  # bump to invalidate every cached figure
@@ -60,36 +67,11 @@ REFERENCE = re.compile(r"!\[(?P<alt>[^\]]*)\]\(figure:(?P<script>[A-Za-z][\w-]*)
 _state: dict = {}
 
 
-def _load_examples_hook():
-    spec = importlib.util.spec_from_file_location(
-        "field_guide_examples_hook", pathlib.Path(__file__).with_name("examples.py")
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def data_files(sources: list[pathlib.Path], root: pathlib.Path) -> list[pathlib.Path]:
-    """The files of ``docs/data/`` whose name one of ``sources`` mentions (a
-    figure that draws a table of models reads it, directly or through a module)."""
-    folder = root / "docs" / "data"
-    if not folder.is_dir():
-        return []
-    texts = [source.read_text(encoding="utf-8") for source in sources]
-    return [path for path in sorted(folder.rglob("*"))
-            if path.is_file() and any(path.name in text for text in texts)]
-
-
 def cache_key(script: pathlib.Path, roots: list[pathlib.Path], environment: str) -> str:
     """Hash of the figure script, the local modules it imports, the data files
     they name and the environment."""
-    local_dependencies = _load_examples_hook().local_dependencies
-    h = hashlib.sha256(f"figures-hook={HOOK_VERSION}\n{environment}\n".encode())
-    sources = [script, *local_dependencies(script, roots)]
-    for file in [*sources, *data_files(sources, roots[0])]:
-        h.update(f"\n--- {file.name}\n".encode())
-        h.update(file.read_bytes())
-    return h.hexdigest()
+    header = f"figures-hook={HOOK_VERSION}\n{environment}\n"
+    return closure.cache_key(script, roots, header, data=True)
 
 
 def _environment() -> str:
@@ -177,7 +159,10 @@ def render_script(script: pathlib.Path, target: pathlib.Path) -> list[str]:
                 with _WarningsFail(*own), matplotlib.rc_context(palette_style.rc if style is not None else {}):
                     fig = function(palette_style)
                     buffer = io.StringIO()
-                    fig.savefig(buffer, format="svg", transparent=True, metadata={"Date": None})
+                    # A tight box grows the canvas to hold every label: a long
+                    # title is never cut at the figure's edge.
+                    fig.savefig(buffer, format="svg", transparent=True, metadata={"Date": None},
+                                bbox_inches="tight", pad_inches=0.04)
             except Exception as exc:  # noqa: BLE001 - reported as one line
                 shutil.rmtree(tmp, ignore_errors=True)
                 message = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
