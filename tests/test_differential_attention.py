@@ -7,7 +7,8 @@ import torch
 import torch.nn.functional as F
 
 from snippets.modern import differential_attention as DA
-from transformers_support import require_transformers, skip_module_without_transformers
+from identities.differential import diffllama_pair
+from transformers_support import skip_module_without_transformers
 
 skip_module_without_transformers()
 
@@ -15,33 +16,6 @@ skip_module_without_transformers()
 def _heads(b=2, h=2, n=6, d=4):
     return tuple(torch.randn(b, h, n, d, dtype=torch.float64) for _ in range(4)) + (
         torch.randn(b, h, n, 2 * d, dtype=torch.float64),)
-
-
-def diffllama_pair(layer_idx=2, d_model=16, pairs=2):
-    """Our module and transformers' DiffLlamaAttention with the same weights (float64)."""
-    transformers = require_transformers()
-    from transformers.models.diffllama.modeling_diffllama import DiffLlamaAttention
-
-    config = transformers.DiffLlamaConfig(hidden_size=d_model, num_attention_heads=2 * pairs,
-                                          num_key_value_heads=2 * pairs, intermediate_size=32,
-                                          rms_norm_eps=1e-6, lambda_std_dev=0.3)
-    config._attn_implementation = "sdpa"
-    theirs = DiffLlamaAttention(config, layer_idx=layer_idx).double().eval()
-    ours = DA.DifferentialAttention(d_model, pairs, lambda_init=DA.lambda_init_for_layer(layer_idx),
-                                    eps=1e-6).double().eval()
-    d = ours.d_head
-    with torch.no_grad():
-        for p in theirs.parameters():
-            p.copy_(torch.randn_like(p) * 0.3)
-        ours.q_proj.weight.copy_(theirs.q_proj.weight)  # heads 0..H-1 are q1, H..2H-1 are q2
-        ours.k_proj.weight.copy_(theirs.k_proj.weight)
-        wv = theirs.v_proj.weight.view(2 * pairs, d, d_model)
-        # pair i reads the values of heads i and i + H side by side: width 2d
-        ours.v_proj.weight.copy_(torch.cat([wv[:pairs], wv[pairs:]], dim=1).reshape(d_model, d_model))
-        ours.out_proj.weight.copy_(theirs.o_proj.weight)
-        for name in ("lambda_q1", "lambda_k1", "lambda_q2", "lambda_k2"):
-            getattr(ours, name).copy_(getattr(theirs, name))
-    return ours, theirs
 
 
 def test_equals_transformers_diffllama():
