@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from snippets.linear.hybrid_memory import (
+from snippets.linear.hybrids import (
     HybridConfig,
     cache_bytes,
     kimi_linear_config,

@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch.testing import assert_close
 
-from snippets.linear.sparse import (
+from snippets.linear.sparse_attention import (
     causal_keys,
     compressed_attention,
     dense_decode_cost,

@@ -6,8 +6,8 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from snippets.linear.gated_linear import gla_parallel
-from snippets.linear.ssd import ssd_attention, ssd_chunked, ssd_mask, ssd_recurrent
+from snippets.linear.gated_linear_attention import gla_parallel
+from snippets.linear.state_space_duality import ssd_attention, ssd_chunked, ssd_mask, ssd_recurrent
 
 F64 = dict(atol=1e-12, rtol=1e-12)
 

@@ -7,7 +7,7 @@ L[t, s] = a_{s+1} ... a_t, and the four-step chunked algorithm).
 Page: docs/linear/state-space-duality.md
 Tested against: the three forms against each other in float64 (to 1e-12), the
 mask against its product definition, and the masked form against gated linear
-attention with one decay per head (snippets/linear/gated_linear.py) in
+attention with one decay per head (snippets/linear/gated_linear_attention.py) in
 tests/test_ssd.py.
 
 Letters: the paper's B_t and C_t (input and output projections of the state)
