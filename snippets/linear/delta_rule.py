@@ -27,7 +27,12 @@ import math
 import torch
 import torch.nn.functional as F
 
-__all__ = ["delta_rule_step", "delta_rule_recurrent", "delta_rule_parallel", "delta_rule_chunked"]
+__all__ = [
+    "delta_rule_step",
+    "delta_rule_recurrent",
+    "delta_rule_parallel",
+    "delta_rule_chunked",
+]
 
 
 # --8<-- [start:step]
@@ -60,7 +65,9 @@ def delta_attention(q, k, v, beta, g, scale):
     lower = (beta.unsqueeze(-1) * (k @ k.transpose(-2, -1)) * gamma).tril(-1)
     eye = torch.eye(q.shape[-2], dtype=q.dtype, device=q.device)
     u = torch.linalg.solve_triangular(eye + lower, beta.unsqueeze(-1) * v, upper=False)
-    return ((q @ k.transpose(-2, -1)) * gamma * scale) @ u  # (B, H, N, N) @ (B, H, N, d_v)
+    return (
+        (q @ k.transpose(-2, -1)) * gamma * scale
+    ) @ u  # (B, H, N, N) @ (B, H, N, d_v)
 # --8<-- [end:parallel]
 
 
@@ -70,17 +77,18 @@ def delta_chunks(q, k, v, beta, g, scale, chunk):
     q, k, v = (t.unflatten(-2, (-1, chunk)) for t in (q, k, v))  # (B, H, n_c, C, .)
     beta, b = beta.unflatten(-1, (-1, chunk)), g.unflatten(-1, (-1, chunk)).cumsum(-1)
     gamma, solve = semiseparable(b), torch.linalg.solve_triangular  # (B, H, n_c, C, C)
-    t_mat = torch.eye(chunk, dtype=q.dtype, device=q.device) + (
-        beta.unsqueeze(-1) * (k @ k.transpose(-2, -1)) * gamma).tril(-1)
+    lower = (beta.unsqueeze(-1) * (k @ k.transpose(-2, -1)) * gamma).tril(-1)
+    t_mat = torch.eye(chunk, dtype=q.dtype, device=q.device) + lower
     w = solve(t_mat, (beta * b.exp()).unsqueeze(-1) * k, upper=False)  # (.., C, d_k)
     u0 = solve(t_mat, beta.unsqueeze(-1) * v, upper=False)  # (B, H, n_c, C, d_v)
     attn, decay = (q @ k.transpose(-2, -1)) * gamma, (b[..., -1:] - b).exp()[..., None]
     state, outs = q.new_zeros(*q.shape[:2], q.shape[-1], v.shape[-1]), []
     for j in range(q.shape[2]):  # n_c steps; u: what each token writes, given the state
         u = u0[:, :, j] - w[:, :, j] @ state  # (B, H, C, d_v)
-        outs.append((q[:, :, j] * b[:, :, j, :, None].exp()) @ state + attn[:, :, j] @ u)
-        state = b[:, :, j, -1, None, None].exp() * state + (
-            k[:, :, j] * decay[:, :, j]).transpose(-2, -1) @ u  # (B, H, d_k, d_v)
+        inter = (q[:, :, j] * b[:, :, j, :, None].exp()) @ state  # (B, H, C, d_v)
+        outs.append(inter + attn[:, :, j] @ u)
+        writes = (k[:, :, j] * decay[:, :, j]).transpose(-2, -1) @ u  # (B, H, d_k, d_v)
+        state = b[:, :, j, -1, None, None].exp() * state + writes
     return torch.stack(outs, dim=2).flatten(2, 3) * scale  # (B, H, N, d_v)
 # --8<-- [end:chunked]
 
@@ -134,11 +142,20 @@ def delta_rule_recurrent(q, k, v, beta, g=None, *, scale: float | None = None):
     scale = q.shape[-1] ** -0.5 if scale is None else scale
     g = torch.zeros_like(beta) if g is None else g
     q_, k_, v_, beta_, g_ = (t.to(acc) for t in (q, k, v, beta, g))
-    state = torch.zeros(*k.shape[:-2], k.shape[-1], v.shape[-1], dtype=acc, device=q.device)
+    state = torch.zeros(
+        *k.shape[:-2], k.shape[-1], v.shape[-1], dtype=acc, device=q.device
+    )
     outs = []
     for t in range(q.shape[-2]):
-        out, state = delta_step(q_[..., t, :], k_[..., t, :], v_[..., t, :], beta_[..., t],
-                                g_[..., t], state, scale)
+        out, state = delta_step(
+            q_[..., t, :],
+            k_[..., t, :],
+            v_[..., t, :],
+            beta_[..., t],
+            g_[..., t],
+            state,
+            scale,
+        )
         outs.append(out)
     return torch.stack(outs, dim=-2).to(q.dtype)  # (B, H, N, d_v)
 
@@ -155,8 +172,9 @@ def delta_rule_parallel(q, k, v, beta, g=None, *, scale: float | None = None):
     return delta_attention(*(t.to(acc) for t in (q, k, v, beta, g)), scale).to(q.dtype)
 
 
-def delta_rule_chunked(q, k, v, beta, g=None, *, chunk_size: int = 64,
-                       scale: float | None = None) -> torch.Tensor:
+def delta_rule_chunked(
+    q, k, v, beta, g=None, *, chunk_size: int = 64, scale: float | None = None
+) -> torch.Tensor:
     """The parallel form inside chunks, the state carried between them.
 
     Args:
@@ -175,7 +193,9 @@ def delta_rule_chunked(q, k, v, beta, g=None, *, chunk_size: int = 64,
     pad = -n % chunk_size
     q_, k_, v_ = (F.pad(t.to(acc), (0, 0, 0, pad)) for t in (q, k, v))
     beta_, g_ = (F.pad(t.to(acc), (0, pad)) for t in (beta, g))
-    return delta_chunks(q_, k_, v_, beta_, g_, scale, chunk_size)[..., :n, :].to(q.dtype)
+    return delta_chunks(q_, k_, v_, beta_, g_, scale, chunk_size)[..., :n, :].to(
+        q.dtype
+    )
 # --8<-- [end:face]
 
 
@@ -196,20 +216,26 @@ def _check_lin_tensors(**named) -> None:
 
 def _check_lin_scale(scale) -> None:
     if scale is not None and not (math.isfinite(scale) and scale > 0):
-        raise ValueError(f"scale must be a positive finite float or None, got {scale!r}")
+        raise ValueError(
+            f"scale must be a positive finite float or None, got {scale!r}"
+        )
 
 
 def _check_lin_chunks(chunk_size, sub_chunk_size) -> None:
     if not (isinstance(chunk_size, int) and chunk_size >= 1):
         raise ValueError(f"chunk_size must be a positive int, got {chunk_size!r}")
-    if not (isinstance(sub_chunk_size, int) and sub_chunk_size >= 1) or \
-            chunk_size % sub_chunk_size:
-        raise ValueError(f"sub_chunk_size must be a positive int that divides chunk_size "
-                         f"{chunk_size}, got {sub_chunk_size!r}")
+    if (
+        not (isinstance(sub_chunk_size, int) and sub_chunk_size >= 1)
+        or chunk_size % sub_chunk_size
+    ):
+        raise ValueError(
+            f"sub_chunk_size must be a positive int that divides chunk_size "
+            f"{chunk_size}, got {sub_chunk_size!r}"
+        )
 
 
 def _lin_accumulator(dtype: torch.dtype) -> torch.dtype:
-    """float32 for half-precision inputs: a long product of decays underflows float16."""
+    """float32 for half precision: a long product of decays underflows float16."""
     return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
 
 
@@ -218,23 +244,40 @@ def _check_delta(q, k, v, beta, g, scale, *, state=None, step=False) -> None:
     _check_lin_tensors(q=q, k=k, v=v, beta=beta, **({} if g is None else {"g": g}))
     lead = "(B, H, d)" if step else "(..., N, d)"
     if q.dim() < (1 if step else 2) or q.shape != k.shape:
-        raise ValueError(f"q and k must have one shape {lead}, got q {tuple(q.shape)} "
-                         f"and k {tuple(k.shape)}")
+        raise ValueError(
+            f"q and k must have one shape {lead}, got q {tuple(q.shape)} "
+            f"and k {tuple(k.shape)}"
+        )
     if v.shape[:-1] != k.shape[:-1]:
-        raise ValueError(f"v must be {lead} with k's leading shape {tuple(k.shape[:-1])}, "
-                         f"got {tuple(v.shape)}")
+        raise ValueError(
+            f"v must be {lead} with k's leading shape {tuple(k.shape[:-1])}, "
+            f"got {tuple(v.shape)}"
+        )
     for name, t in (("beta", beta), ("g", g)):
         if t is not None and t.shape != k.shape[:-1]:
-            raise ValueError(f"{name} must have shape {tuple(k.shape[:-1])} (k's without "
-                             f"its last), got {tuple(t.shape)}")
+            raise ValueError(
+                f"{name} must have shape {tuple(k.shape[:-1])} (k's without "
+                f"its last), got {tuple(t.shape)}"
+            )
     if g is not None and (g > 0).any():
-        raise ValueError(f"g holds log-decays log(alpha) and must be <= 0, got a maximum "
-                         f"of {g.max().item():.3g}")
+        raise ValueError(
+            f"g holds log-decays log(alpha) and must be <= 0, got a maximum "
+            f"of {g.max().item():.3g}"
+        )
     _check_lin_scale(scale)
     want = (*k.shape, v.shape[-1])
-    if state is not None and (not isinstance(state, torch.Tensor) or state.shape != want
-                              or state.device != q.device or not state.is_floating_point()):
-        got = (f"{state.dtype} {tuple(state.shape)} on {state.device}"
-               if isinstance(state, torch.Tensor) else type(state).__name__)
-        raise ValueError(f"state must be a floating {want} tensor on {q.device}, got {got}")
+    if state is not None and (
+        not isinstance(state, torch.Tensor)
+        or state.shape != want
+        or state.device != q.device
+        or not state.is_floating_point()
+    ):
+        got = (
+            f"{state.dtype} {tuple(state.shape)} on {state.device}"
+            if isinstance(state, torch.Tensor)
+            else type(state).__name__
+        )
+        raise ValueError(
+            f"state must be a floating {want} tensor on {q.device}, got {got}"
+        )
 # --8<-- [end:checks]

@@ -47,7 +47,9 @@ def gla_scores(q, k, b):
     # one key channel at a time, never (N, N, d_k): (d_k, ..., N) slices
     for q_i, k_i, b_i in zip(*(t.movedim(-1, 0).contiguous() for t in (q, k, b))):
         # (..., N, 1) - (..., 1, N): exp of a difference, never e^b / e^b (overflow)
-        decay = torch.where(causal, b_i[..., :, None] - b_i[..., None, :], -math.inf).exp()
+        decay = torch.where(
+            causal, b_i[..., :, None] - b_i[..., None, :], -math.inf
+        ).exp()
         a = a + q_i[..., :, None] * k_i[..., None, :] * decay
     return a
 
@@ -60,7 +62,7 @@ def gla_attention(q, k, v, g, scale):
 
 # --8<-- [start:chunk_scores]
 def gla_chunk_scores(q, k, b, sub):
-    """A inside each chunk: sub-chunk pairs by matmul, diagonal sub-chunks by gla_scores."""
+    """A in each chunk: sub-chunk pairs by matmul, diagonal sub-chunks by gla_scores."""
     q, k, b = (t.unflatten(-2, (-1, sub)) for t in (q, k, b))  # (..., n_s, c, d_k)
     end = b[..., -1, :]  # (..., n_s, d_k): b at each sub-chunk's last token
     start = F.pad(end[..., :-1, :], (0, 0, 1, 0))  # b just before each sub-chunk
@@ -69,7 +71,7 @@ def gla_chunk_scores(q, k, b, sub):
     # (..., i, j, d_k): exp(start_i - end_j), the decay from sub-chunk j to i > j
     gap = torch.where(lower, start.unsqueeze(-2) - end.unsqueeze(-3), -math.inf).exp()
     q_n, k_n = q * (b - start.unsqueeze(-2)).exp(), k * (end.unsqueeze(-2) - b).exp()
-    # (..., i, 1, c, d_k) * (..., i, j, 1, d_k) @ (..., 1, j, d_k, c) -> (..., i, j, c, c)
+    # (.., i, 1, c, d_k) * (.., i, j, 1, d_k) @ (.., 1, j, d_k, c) -> (.., i, j, c, c)
     a = (q_n.unsqueeze(-3) * gap.unsqueeze(-2)) @ k_n.transpose(-2, -1).unsqueeze(-4)
     eye = torch.eye(n_s, dtype=q.dtype, device=q.device)[..., None, None]
     a = a + eye * gla_scores(q, k, b).unsqueeze(-3)  # the diagonal, in log space
@@ -79,15 +81,17 @@ def gla_chunk_scores(q, k, b, sub):
 
 # --8<-- [start:chunked]
 def gla_chunks(q, k, v, g, scale, chunk, sub):
-    """O = scale ((Q e^b) S + A V), S' = Diag(e^{b_C}) S + (K e^{b_C - b})^T V per chunk."""
-    q, k, v, g = (t.unflatten(-2, (-1, chunk)) for t in (q, k, v, g))  # (B, H, n_c, C, .)
+    """O = scale ((Q e^b) S + A V), S' = Diag(e^{b_C}) S + (K e^{b_C - b})^T V."""
+    # (B, H, n_c, C, d_k or d_v)
+    q, k, v, g = (t.unflatten(-2, (-1, chunk)) for t in (q, k, v, g))
     b = g.cumsum(dim=-2)  # (B, H, n_c, C, d_k): log-decay since the chunk's start
     b_last = b[..., -1:, :]  # (B, H, n_c, 1, d_k)
     # (B, H, n_c, d_k, d_v): what each chunk writes, from its own tokens only
     writes = (k * (b_last - b).exp()).transpose(-2, -1) @ v
     states = [torch.zeros_like(writes[..., 0, :, :])]  # (B, H, d_k, d_v) before chunk 0
     for j in range(q.shape[-3] - 1):  # the only loop: n_c steps, not N
-        states.append(b_last[..., j, 0, :, None].exp() * states[-1] + writes[..., j, :, :])
+        decay = b_last[..., j, 0, :, None].exp()  # (B, H, d_k, 1)
+        states.append(decay * states[-1] + writes[..., j, :, :])
     inter = (q * b.exp()) @ torch.stack(states, dim=-3)  # (B, H, n_c, C, d_v)
     out = inter + gla_chunk_scores(q, k, b, sub) @ v  # (B, H, n_c, C, d_v)
     return (out * scale).flatten(-3, -2)  # (B, H, N, d_v)
@@ -142,11 +146,14 @@ def gla_recurrent(q, k, v, g, *, scale: float | None = None) -> torch.Tensor:
     acc = _lin_accumulator(q.dtype)
     scale = q.shape[-1] ** -0.5 if scale is None else scale
     qa, ka, va, ga = (t.to(acc) for t in (q, k, v, g))
-    state = torch.zeros(*k.shape[:-2], k.shape[-1], v.shape[-1], dtype=acc, device=q.device)
+    state = torch.zeros(
+        *k.shape[:-2], k.shape[-1], v.shape[-1], dtype=acc, device=q.device
+    )
     outs = []
     for t in range(q.shape[-2]):
-        out, state = gla_update(qa[..., t, :], ka[..., t, :], va[..., t, :], ga[..., t, :],
-                                state, scale)
+        out, state = gla_update(
+            qa[..., t, :], ka[..., t, :], va[..., t, :], ga[..., t, :], state, scale
+        )
         outs.append(out)
     return torch.stack(outs, dim=-2).to(q.dtype)  # (B, H, N, d_v)
 
@@ -216,20 +223,26 @@ def _check_lin_tensors(**named) -> None:
 
 def _check_lin_scale(scale) -> None:
     if scale is not None and not (math.isfinite(scale) and scale > 0):
-        raise ValueError(f"scale must be a positive finite float or None, got {scale!r}")
+        raise ValueError(
+            f"scale must be a positive finite float or None, got {scale!r}"
+        )
 
 
 def _check_lin_chunks(chunk_size, sub_chunk_size) -> None:
     if not (isinstance(chunk_size, int) and chunk_size >= 1):
         raise ValueError(f"chunk_size must be a positive int, got {chunk_size!r}")
-    if not (isinstance(sub_chunk_size, int) and sub_chunk_size >= 1) or \
-            chunk_size % sub_chunk_size:
-        raise ValueError(f"sub_chunk_size must be a positive int that divides chunk_size "
-                         f"{chunk_size}, got {sub_chunk_size!r}")
+    if (
+        not (isinstance(sub_chunk_size, int) and sub_chunk_size >= 1)
+        or chunk_size % sub_chunk_size
+    ):
+        raise ValueError(
+            f"sub_chunk_size must be a positive int that divides chunk_size "
+            f"{chunk_size}, got {sub_chunk_size!r}"
+        )
 
 
 def _lin_accumulator(dtype: torch.dtype) -> torch.dtype:
-    """float32 for half-precision inputs: a long product of decays underflows float16."""
+    """float32 for half precision: a long product of decays underflows float16."""
     return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
 
 
@@ -238,19 +251,34 @@ def _check_gla(q, k, v, g, scale, *, state=None, step=False) -> None:
     _check_lin_tensors(q=q, k=k, v=v, g=g)
     lead = "(B, H, d)" if step else "(..., N, d)"
     if q.dim() < (1 if step else 2) or q.shape != k.shape or g.shape != k.shape:
-        raise ValueError(f"q, k and g must have one shape {lead}, got q {tuple(q.shape)}, "
-                         f"k {tuple(k.shape)}, g {tuple(g.shape)}")
+        raise ValueError(
+            f"q, k and g must have one shape {lead}, got q {tuple(q.shape)}, "
+            f"k {tuple(k.shape)}, g {tuple(g.shape)}"
+        )
     if v.shape[:-1] != k.shape[:-1]:
-        raise ValueError(f"v must be {lead} with k's leading shape {tuple(k.shape[:-1])}, "
-                         f"got {tuple(v.shape)}")
+        raise ValueError(
+            f"v must be {lead} with k's leading shape {tuple(k.shape[:-1])}, "
+            f"got {tuple(v.shape)}"
+        )
     _check_lin_scale(scale)
     if (g > 0).any():
-        raise ValueError(f"g holds log-decays log(alpha) and must be <= 0, got a maximum "
-                         f"of {g.max().item():.3g}")
+        raise ValueError(
+            f"g holds log-decays log(alpha) and must be <= 0, got a maximum "
+            f"of {g.max().item():.3g}"
+        )
     want = (*k.shape, v.shape[-1])
-    if state is not None and (not isinstance(state, torch.Tensor) or state.shape != want
-                              or state.device != q.device or not state.is_floating_point()):
-        got = (f"{state.dtype} {tuple(state.shape)} on {state.device}"
-               if isinstance(state, torch.Tensor) else type(state).__name__)
-        raise ValueError(f"state must be a floating {want} tensor on {q.device}, got {got}")
+    if state is not None and (
+        not isinstance(state, torch.Tensor)
+        or state.shape != want
+        or state.device != q.device
+        or not state.is_floating_point()
+    ):
+        got = (
+            f"{state.dtype} {tuple(state.shape)} on {state.device}"
+            if isinstance(state, torch.Tensor)
+            else type(state).__name__
+        )
+        raise ValueError(
+            f"state must be a floating {want} tensor on {q.device}, got {got}"
+        )
 # --8<-- [end:checks]

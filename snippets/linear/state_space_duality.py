@@ -66,15 +66,16 @@ def ssd_chunks(x, dt, A, b, c, chunk):
     x, b, c = (t.unflatten(-2, (-1, chunk)) for t in (x, b, c))  # (B, H, n_c, C, .)
     dt = dt.unflatten(-1, (-1, chunk))  # (B, H, n_c, C)
     xdt = dt.unsqueeze(-1) * x  # (B, H, n_c, C, d)
-    cum = (dt * A[:, None, None]).cumsum(dim=-1)  # (B, H, n_c, C): since the chunk's start
+    cum = (dt * A[:, None, None]).cumsum(dim=-1)  # (B, H, n_c, C): from chunk start
     # 1. inside each chunk: the dual (masked) form on a C x C block
     y = (semiseparable(cum) * (c @ b.transpose(-2, -1))) @ xdt  # (B, H, n_c, C, d)
-    # 2. the state each chunk leaves behind, from its own tokens: (B, H, n_c, d_state, d)
+    # 2. the state each chunk leaves, from its own tokens: (B, H, n_c, d_state, d)
     states = (b * (cum[..., -1:] - cum).exp().unsqueeze(-1)).transpose(-2, -1) @ xdt
     # 3. pass states across chunk boundaries: n_c steps, not N
     entering = [torch.zeros_like(states[:, :, 0])]  # (B, H, d_state, d)
     for j in range(x.shape[2] - 1):
-        entering.append(cum[:, :, j, -1, None, None].exp() * entering[-1] + states[:, :, j])
+        decay = cum[:, :, j, -1, None, None].exp()  # (B, H, 1, 1): a whole chunk
+        entering.append(decay * entering[-1] + states[:, :, j])
     # 4. each token reads the state that entered its chunk, decayed to its position
     y = y + (c * cum.exp().unsqueeze(-1)) @ torch.stack(entering, dim=2)
     return y.flatten(2, 3)  # (B, H, N, d)
@@ -169,14 +170,18 @@ def _check_lin_tensors(**named) -> None:
 def _check_lin_chunks(chunk_size, sub_chunk_size) -> None:
     if not (isinstance(chunk_size, int) and chunk_size >= 1):
         raise ValueError(f"chunk_size must be a positive int, got {chunk_size!r}")
-    if not (isinstance(sub_chunk_size, int) and sub_chunk_size >= 1) or \
-            chunk_size % sub_chunk_size:
-        raise ValueError(f"sub_chunk_size must be a positive int that divides chunk_size "
-                         f"{chunk_size}, got {sub_chunk_size!r}")
+    if (
+        not (isinstance(sub_chunk_size, int) and sub_chunk_size >= 1)
+        or chunk_size % sub_chunk_size
+    ):
+        raise ValueError(
+            f"sub_chunk_size must be a positive int that divides chunk_size "
+            f"{chunk_size}, got {sub_chunk_size!r}"
+        )
 
 
 def _lin_accumulator(dtype: torch.dtype) -> torch.dtype:
-    """float32 for half-precision inputs: a long product of decays underflows float16."""
+    """float32 for half precision: a long product of decays underflows float16."""
     return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
 
 
@@ -184,13 +189,19 @@ def _check_ssd_mask(dt, A) -> None:
     """dt (B, H, N) and A (H,), floating, alike and together."""
     _check_lin_tensors(dt=dt, A=A)
     if dt.dim() != 3 or A.shape != dt.shape[1:2]:
-        raise ValueError(f"dt must have shape (B, H, N) and A (H,) with the same H, got "
-                         f"dt {tuple(dt.shape)} and A {tuple(A.shape)}")
+        raise ValueError(
+            f"dt must have shape (B, H, N) and A (H,) with the same H, got "
+            f"dt {tuple(dt.shape)} and A {tuple(A.shape)}"
+        )
     if (A > 0).any():
-        raise ValueError(f"A must be <= 0 so that a_t = exp(dt_t A) <= 1, got a maximum "
-                         f"of {A.max().item():.3g}")
+        raise ValueError(
+            f"A must be <= 0 so that a_t = exp(dt_t A) <= 1, got a maximum "
+            f"of {A.max().item():.3g}"
+        )
     if (dt < 0).any():
-        raise ValueError(f"dt must be >= 0 (a step size), got a minimum of {dt.min().item():.3g}")
+        raise ValueError(
+            f"dt must be >= 0 (a step size), got a minimum of {dt.min().item():.3g}"
+        )
 
 
 def _check_ssd(x, dt, A, b, c) -> None:
@@ -199,10 +210,14 @@ def _check_ssd(x, dt, A, b, c) -> None:
     if x.dim() != 4:
         raise ValueError(f"x must have shape (B, H, N, d), got {tuple(x.shape)}")
     if dt.shape != x.shape[:3]:
-        raise ValueError(f"dt must have shape (B, H, N) = {tuple(x.shape[:3])}, "
-                         f"got {tuple(dt.shape)}")
+        raise ValueError(
+            f"dt must have shape (B, H, N) = {tuple(x.shape[:3])}, "
+            f"got {tuple(dt.shape)}"
+        )
     if b.dim() != 4 or b.shape[:3] != x.shape[:3] or c.shape != b.shape:
-        raise ValueError(f"b and c must both have shape (B, H, N, d_state) with (B, H, N) = "
-                         f"{tuple(x.shape[:3])}, got b {tuple(b.shape)} and c {tuple(c.shape)}")
+        raise ValueError(
+            f"b and c must both have shape (B, H, N, d_state) with (B, H, N) = "
+            f"{tuple(x.shape[:3])}, got b {tuple(b.shape)} and c {tuple(c.shape)}"
+        )
     _check_ssd_mask(dt, A)
 # --8<-- [end:checks]
