@@ -31,8 +31,14 @@ Page: docs/distributed/context-parallel.md
 Tested against: torch.nn.functional.scaled_dot_product_attention on the whole
 sequence, with 2 and 4 gloo processes (tests/test_context_parallel.py).
 
-Mask convention: ``key_padding_mask`` is boolean, True = this key may be
-attended (a real token), as for SDPA. ``is_causal`` is self-attention causality
+Mask convention: ``key_mask`` is boolean, True = this key may be
+attended (a real token), as for SDPA (``nn.MultiheadAttention``'s
+``key_padding_mask`` means the opposite: True = padding).
+
+Grouped-query attention: k and v may have H_kv heads, a divisor of q's H, as
+with SDPA's ``enable_gqa=True`` (query head h reads key/value head h // (H /
+H_kv)). The ring and the all-gather move only the H_kv heads; Ulysses splits
+both head counts across ranks, so its degree P must divide H_kv. ``is_causal`` is self-attention causality
 over global positions. A query that may attend to no key returns zeros.
 
 Without an initialised process group every function runs as a world of one
@@ -120,7 +126,7 @@ def pad_to_multiple(x: torch.Tensor, multiple: int, dim: int = -2) -> tuple[torc
     """Zero-pad ``x`` along ``dim`` to a multiple of ``multiple``.
 
     Returns the padded tensor and a boolean ``(padded_length,)`` mask that is
-    True on real positions, to be used as (part of) ``key_padding_mask``.
+    True on real positions, to be used as (part of) ``key_mask``.
     """
     _check_dim(x, dim)
     if isinstance(multiple, bool) or not isinstance(multiple, int) or multiple < 1:
@@ -206,7 +212,7 @@ def _world(group) -> tuple[int, int]:
     return dist.get_rank(group), dist.get_world_size(group)
 
 
-def _check_shards(q, k, v, key_padding_mask, layout, world_size, is_causal=False, scale=None) -> None:
+def _check_shards(q, k, v, key_mask, layout, world_size, is_causal=False, scale=None) -> None:
     _check_layout(layout)
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):
@@ -216,10 +222,13 @@ def _check_shards(q, k, v, key_padding_mask, layout, world_size, is_causal=False
                 f"{name} must be a floating (B, H, n, d) shard, got dtype {t.dtype} "
                 f"and shape {tuple(t.shape)}"
             )
-    if q.shape[:3] != k.shape[:3] or k.shape[:3] != v.shape[:3] or q.shape[-1] != k.shape[-1]:
+    h, h_kv = q.shape[1], k.shape[1]
+    if (q.shape[0], q.shape[2]) != (k.shape[0], k.shape[2]) or k.shape[:3] != v.shape[:3] \
+            or q.shape[-1] != k.shape[-1] or h % h_kv:
         raise ValueError(
-            "q, k and v must be self-attention shards with the same (B, H, n) and q, k "
-            f"the same d, got q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
+            "q, k and v must be self-attention shards (B, H, n, d), (B, H_kv, n, d) and "
+            "(B, H_kv, n, d_v) with H a multiple of H_kv, got "
+            f"q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
         )
     if k.dtype != q.dtype or v.dtype != q.dtype:
         raise TypeError(f"q, k and v must share one dtype, got {q.dtype}, {k.dtype} and {v.dtype}")
@@ -227,16 +236,16 @@ def _check_shards(q, k, v, key_padding_mask, layout, world_size, is_causal=False
         raise ValueError(f"q, k and v must be on one device, got {q.device}, {k.device} and {v.device}")
     if layout == "zigzag" and q.shape[2] % 2:
         raise ValueError(f"a zigzag shard holds two equal chunks, so n must be even, got n = {q.shape[2]}")
-    if key_padding_mask is not None:
-        if not isinstance(key_padding_mask, torch.Tensor):
-            raise TypeError(f"key_padding_mask must be a torch.Tensor or None, got {type(key_padding_mask).__name__}")
-        if key_padding_mask.dtype != torch.bool or tuple(key_padding_mask.shape) != (q.shape[0], q.shape[2]):
+    if key_mask is not None:
+        if not isinstance(key_mask, torch.Tensor):
+            raise TypeError(f"key_mask must be a torch.Tensor or None, got {type(key_mask).__name__}")
+        if key_mask.dtype != torch.bool or tuple(key_mask.shape) != (q.shape[0], q.shape[2]):
             raise ValueError(
-                f"key_padding_mask must be a bool (B, n) = {(q.shape[0], q.shape[2])} shard, got "
-                f"dtype {key_padding_mask.dtype} and shape {tuple(key_padding_mask.shape)}"
+                f"key_mask must be a bool (B, n) = {(q.shape[0], q.shape[2])} shard, got "
+                f"dtype {key_mask.dtype} and shape {tuple(key_mask.shape)}"
             )
-        if key_padding_mask.device != q.device:
-            raise ValueError(f"key_padding_mask must be on the device of q {q.device}, got {key_padding_mask.device}")
+        if key_mask.device != q.device:
+            raise ValueError(f"key_mask must be on the device of q {q.device}, got {key_mask.device}")
     if not isinstance(is_causal, bool):
         raise TypeError(f"is_causal must be a bool, got {is_causal!r}")
     if scale is not None and (isinstance(scale, bool) or not isinstance(scale, (int, float))
@@ -269,7 +278,18 @@ def _visible(q_pos: torch.Tensor, k_pos: torch.Tensor, is_causal: bool) -> bool:
     return not is_causal or bool(k_pos.min() <= q_pos.max())
 
 
+def _repeat_kv(x, h):
+    """(B, H_kv, b, d) -> (B, H, b, d): query head i reads key/value head i // (H / H_kv)."""
+    return x.repeat_interleave(h // x.shape[1], dim=1)
+
+
+def _fold_kv(grad, h_kv):
+    """(B, H, b, d) -> (B, H_kv, b, d): a shared head's gradient sums its group's."""
+    return grad.unflatten(1, (h_kv, -1)).sum(dim=2)
+
+
 def _tile_scores(q, k, q_pos, k_pos, key_mask, is_causal, scale):
+    k = _repeat_kv(k, q.shape[1])  # (B, H, b, d): only this tile, after the transfer
     scores = (q @ k.transpose(-2, -1)) * scale  # (B, H, n, d) @ (B, H, d, b) -> (B, H, n, b)
     allowed = torch.ones(q_pos.numel(), k_pos.numel(), dtype=torch.bool, device=q.device)
     if is_causal:
@@ -303,7 +323,7 @@ def _ring_step_forward(state, q, k, v, key_mask, rank, src, world_size, layout, 
         km = None if key_mask is None else key_mask[:, ks]
         scores = _tile_scores(q[:, :, qs], k[:, :, ks], q_pos, k_pos, km, is_causal, scale)
         m[:, :, qs], l[:, :, qs], o[:, :, qs] = merge_block(
-            m[:, :, qs], l[:, :, qs], o[:, :, qs], scores, v[:, :, ks]
+            m[:, :, qs], l[:, :, qs], o[:, :, qs], scores, _repeat_kv(v[:, :, ks], q.shape[1])
         )
         work.append(q_pos.numel() * k_pos.numel())
 # --8<-- [end:ring_step]
@@ -398,11 +418,13 @@ def _ring_backward(grad_out, q, k, v, key_mask, out, lse, is_causal, scale, layo
             km = None if mask is None else mask[:, ks]
             scores = _tile_scores(q[:, :, qs], kb[:, :, ks], q_pos, k_pos, km, is_causal, scale)
             p = torch.exp(scores - lse_safe[:, :, qs])  # the forward's weights, (B, H, n, b)
-            dv[:, :, ks] += p.transpose(-2, -1) @ grad_out[:, :, qs]  # (B, H, b, n) @ (B, H, n, d)
-            dp = grad_out[:, :, qs] @ vb[:, :, ks].transpose(-2, -1)  # (B, H, n, b)
+            h, h_kv = q.shape[1], kb.shape[1]
+            # (B, H, b, n) @ (B, H, n, d), summed over each key/value head's group
+            dv[:, :, ks] += _fold_kv(p.transpose(-2, -1) @ grad_out[:, :, qs], h_kv)
+            dp = grad_out[:, :, qs] @ _repeat_kv(vb[:, :, ks], h).transpose(-2, -1)
             ds = p * (dp - delta[:, :, qs]) * scale  # softmax backward, times the scale
-            dq[:, :, qs] += ds @ kb[:, :, ks]  # (B, H, n, b) @ (B, H, b, d)
-            dk[:, :, ks] += ds.transpose(-2, -1) @ q[:, :, qs]  # (B, H, b, n) @ (B, H, n, d)
+            dq[:, :, qs] += ds @ _repeat_kv(kb[:, :, ks], h)  # (B, H, n, b) @ (B, H, b, d)
+            dk[:, :, ks] += _fold_kv(ds.transpose(-2, -1) @ q[:, :, qs], h_kv)
         if world_size > 1:  # after the last step only dk, dv move: one hop home
             moving = block if step < world_size - 1 else [dk, dv]
             received = _finish_pass(*_start_pass(moving, rank, world_size, group, step), rank, step)
@@ -432,7 +454,7 @@ def ring_attention(
     k: torch.Tensor,
     v: torch.Tensor,
     *,
-    key_padding_mask: torch.Tensor | None = None,
+    key_mask: torch.Tensor | None = None,
     is_causal: bool = False,
     layout: str = "contiguous",
     scale: float | None = None,
@@ -444,7 +466,7 @@ def ring_attention(
     Args:
         q, k, v: this rank's shard, ``(B, H, n, d)`` with ``n = N / P``, cut
             from the whole sequence by ``shard_sequence(x, rank, P, layout)``.
-        key_padding_mask: this rank's shard of a bool ``(B, N)`` mask, True =
+        key_mask: this rank's shard of a bool ``(B, N)`` mask, True =
             real key; ``None`` lets every key be attended.
         is_causal: causal self-attention over global positions.
         layout: ``"contiguous"`` or ``"zigzag"``.
@@ -457,10 +479,10 @@ def ring_attention(
         This rank's shard of the output, ``(B, H, n, d)``.
     """
     rank, world_size = _world(group)
-    _check_shards(q, k, v, key_padding_mask, layout, world_size, is_causal, scale)
+    _check_shards(q, k, v, key_mask, layout, world_size, is_causal, scale)
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     return _RingAttention.apply(
-        q, k, v, key_padding_mask, is_causal, scale, layout, group, [] if work is None else work
+        q, k, v, key_mask, is_causal, scale, layout, group, [] if work is None else work
     )
 # --8<-- [end:ring]
 
@@ -471,7 +493,7 @@ def simulate_ring_attention(
     v: torch.Tensor,
     world_size: int,
     *,
-    key_padding_mask: torch.Tensor | None = None,
+    key_mask: torch.Tensor | None = None,
     is_causal: bool = False,
     layout: str = "contiguous",
 ) -> tuple[torch.Tensor, list[int]]:
@@ -483,10 +505,10 @@ def simulate_ring_attention(
     """
     if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
         raise ValueError(f"world_size must be a positive int, got {world_size!r}")
-    _check_shards(q, k, v, key_padding_mask, layout, world_size, is_causal)
+    _check_shards(q, k, v, key_mask, layout, world_size, is_causal)
     _check_divisible(q.shape[2], world_size * (1 if layout == "contiguous" else 2), layout, world_size, "q, k and v")
     shard = lambda x, r: shard_sequence(x, r, world_size, layout, dim=2)  # noqa: E731
-    mask_shard = lambda r: None if key_padding_mask is None else shard_sequence(key_padding_mask, r, world_size, layout, dim=1)  # noqa: E731
+    mask_shard = lambda r: None if key_mask is None else shard_sequence(key_mask, r, world_size, layout, dim=1)  # noqa: E731
     scale = 1.0 / math.sqrt(q.shape[-1])
     outs, work = [], []
     for rank in range(world_size):
@@ -520,6 +542,7 @@ def _local_attention(q, k, v, q_pos, k_pos, key_mask, is_causal, scale):
         allowed = k_pos[None, :].to(q.device) <= q_pos[:, None].to(q.device)  # (n, N)
     if key_mask is not None:
         allowed = allowed & key_mask[:, None, None, :]  # (B, 1, n, N)
+    k, v = _repeat_kv(k, q.shape[1]), _repeat_kv(v, q.shape[1])  # GQA: as enable_gqa
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, scale=scale)
     return out.masked_fill(~allowed.any(dim=-1, keepdim=True), 0.0)  # SDPA may not zero them
 # --8<-- [end:local_attention]
@@ -597,32 +620,40 @@ def ulysses_attention(
     k: torch.Tensor,
     v: torch.Tensor,
     *,
-    key_padding_mask: torch.Tensor | None = None,
+    key_mask: torch.Tensor | None = None,
     is_causal: bool = False,
     scale: float | None = None,
     group: dist.ProcessGroup | None = None,
 ) -> torch.Tensor:
     """All-to-all from sequence shards to head shards, attention, and back.
 
-    Takes and returns contiguous sequence shards ``(B, H, n, d)``; in between
-    each rank holds ``(B, H/P, N, d)``. ``H`` must be a multiple of ``P``.
+    Takes and returns contiguous sequence shards ``(B, H, n, d)`` (k and v
+    ``(B, H_kv, n, d)``); in between each rank holds ``H/P`` query heads and
+    ``H_kv/P`` key/value heads of all N tokens, so P must divide ``H_kv``.
     """
     rank, world_size = _world(group)
-    _check_shards(q, k, v, key_padding_mask, "contiguous", world_size, is_causal, scale)
-    n_heads = q.shape[1]
-    if n_heads % world_size:
+    _check_shards(q, k, v, key_mask, "contiguous", world_size, is_causal, scale)
+    h, h_kv = q.shape[1], k.shape[1]
+    if h_kv % world_size:
         raise ValueError(
-            f"ulysses_attention splits heads across ranks: n_heads = {n_heads} must be a "
-            f"multiple of world_size = {world_size}"
+            f"ulysses_attention splits heads across ranks: n_kv_heads = {h_kv} (and "
+            f"n_heads = {h}) must be a multiple of world_size = {world_size}; "
+            "replicate the key/value heads to go further"
         )
+    if world_size > 1 and v.shape[-1] != q.shape[-1]:
+        raise ValueError(f"ulysses_attention sends q, k and v in one all-to-all, so v's width "
+                         f"must equal q's {q.shape[-1]}, got {v.shape[-1]}")
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     if world_size == 1:
         return _local_attention(q, k, v, torch.arange(q.shape[2]), torch.arange(q.shape[2]),
-                                key_padding_mask, is_causal, scale)
+                                key_mask, is_causal, scale)
     # One collective for q, k and v: separate ones could run their backward
     # passes in a different order on different ranks and swap gradients.
-    q, k, v = _seq_to_heads(torch.stack([q, k, v]), world_size, group)  # 3 x (B, H/P, N, d)
-    mask = _gather_mask(key_padding_mask, world_size, group)
+    # Rank j's heads of q, k and v side by side: (B, P, H/P + 2 H_kv/P, n, d)
+    parts = torch.cat([t.unflatten(1, (world_size, -1)) for t in (q, k, v)], dim=2)
+    x = _seq_to_heads(parts.flatten(1, 2), world_size, group)  # (B, (H + 2 H_kv)/P, N, d)
+    q, k, v = x.split([h // world_size, h_kv // world_size, h_kv // world_size], dim=1)
+    mask = _gather_mask(key_mask, world_size, group)
     mask = None if mask is None else torch.cat(mask, dim=1)  # (B, N)
     positions = torch.arange(q.shape[2])
     out = _local_attention(q, k, v, positions, positions, mask, is_causal, scale)  # (B, H/P, N, d)
@@ -636,7 +667,7 @@ def allgather_kv_attention(
     k: torch.Tensor,
     v: torch.Tensor,
     *,
-    key_padding_mask: torch.Tensor | None = None,
+    key_mask: torch.Tensor | None = None,
     is_causal: bool = False,
     layout: str = "contiguous",
     scale: float | None = None,
@@ -648,13 +679,13 @@ def allgather_kv_attention(
     back onto the rank that owns it.
     """
     rank, world_size = _world(group)
-    _check_shards(q, k, v, key_padding_mask, layout, world_size, is_causal, scale)
+    _check_shards(q, k, v, key_mask, layout, world_size, is_causal, scale)
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
-    mask = key_padding_mask
+    mask = key_mask
     if world_size > 1:
         kv = _AllGather.apply(torch.stack([k, v]), group)  # (P, 2, B, H, n, d), one collective
         k, v = unshard_sequence(list(kv.unbind(0)), layout, dim=-2)  # 2 x (B, H, N, d)
-        masks = _gather_mask(key_padding_mask, world_size, group)
+        masks = _gather_mask(key_mask, world_size, group)
         mask = None if masks is None else unshard_sequence(masks, layout, dim=1)  # (B, N)
     q_pos = shard_positions(q.shape[2], rank, world_size, layout)
     return _local_attention(q, k, v, q_pos, torch.arange(k.shape[2]), mask, is_causal, scale)
