@@ -192,7 +192,8 @@ def _(s):
 @fuzz("linear.sparse_attention.nsa_decode_cost")
 def _(s):
     return [Call(sparse_mod.nsa_decode_cost, dict(COST_ARGS),
-                 {**COST_SPECS, "block": POS_INT, "n_select": POS_INT, "window": POS_INT})]
+                 {**COST_SPECS, "block": POS_INT, "n_select": POS_INT, "window": POS_INT,
+                  "cmp_block": POS_INT, "cmp_stride": POS_INT})]
 
 
 @fuzz("linear.hybrids.layer_pattern")

@@ -169,7 +169,8 @@ def attend_masked(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch
     scores = scores.masked_fill(~mask, float("-inf"))
     empty = ~mask.any(dim=-1, keepdim=True)  # (B, H, N, 1) rows with no key
     weights = torch.softmax(scores.masked_fill(empty, 0.0), dim=-1).masked_fill(empty, 0.0)
-    return (weights.to(v.dtype) @ v)  # (B, H, N, M) @ (B, H, M, d_v) -> (B, H, N, d_v)
+    # (B, H, N, M) @ (B, H, M, d_v) -> (B, H, N, d_v), summed in float32 for half inputs
+    return (weights @ v.to(acc)).to(v.dtype)
 # --8<-- [end:masked]
 
 
@@ -239,15 +240,16 @@ def compressed_attention(
     _check_sparse_int("block", block)
     n, m = q.shape[2], k.shape[2]
     nb = m // block
-    k_cmp = k[:, :, : nb * block].unflatten(2, (nb, block)).mean(dim=3)  # (B, H, M // block, d)
-    v_cmp = v[:, :, : nb * block].unflatten(2, (nb, block)).mean(dim=3)  # (B, H, M // block, d_v)
+    acc = torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype
+    # (B, H, M // block, d) and (B, H, M // block, d_v): block means, in float32 for half
+    k_cmp = k[:, :, : nb * block].to(acc).unflatten(2, (nb, block)).mean(dim=3)
+    v_cmp = v[:, :, : nb * block].to(acc).unflatten(2, (nb, block)).mean(dim=3)
     t = torch.arange(n, device=q.device).unsqueeze(-1) + (m - n)  # absolute position of each query
     seen = (torch.arange(nb, device=q.device) + 1) * block - 1 <= t  # (N, M // block)
-    acc = torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype
-    scores = ((q.to(acc) @ k_cmp.to(acc).transpose(-2, -1)) * q.shape[-1] ** -0.5).masked_fill(~seen, float("-inf"))
+    scores = ((q.to(acc) @ k_cmp.transpose(-2, -1)) * q.shape[-1] ** -0.5).masked_fill(~seen, float("-inf"))
     empty = ~seen.any(dim=-1, keepdim=True)  # queries before the first full block
     weights = torch.softmax(scores.masked_fill(empty, 0.0), dim=-1).masked_fill(empty, 0.0)  # (B, H, N, nb)
-    return weights.to(v.dtype) @ v_cmp, weights
+    return (weights @ v_cmp).to(v.dtype), weights
 
 
 def selection_mask(block_weights: torch.Tensor, n: int, m: int, block: int, n_select: int) -> torch.Tensor:
@@ -306,12 +308,14 @@ def nsa_attention(
     """
     _check_qkv_sparse(q, k, v)
     _check_float_input("gates", gates, (*q.shape[:3], 3), device=q.device)
-    n, m = q.shape[2], k.shape[2]
+    n, m, dtype = q.shape[2], k.shape[2], v.dtype
+    acc = torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+    q, k, v, g = (t.to(acc) for t in (q, k, v, gates))  # one rounding, at the end
     out_cmp, block_weights = compressed_attention(q, k, v, block)
     out_slc = attend_masked(q, k, v, selection_mask(block_weights, n, m, block, n_select).unsqueeze(1))
     out_win = attend_masked(q, k, v, window_keys(n, m, window, q.device))
-    g = gates.to(v.dtype)
-    return g[..., 0:1] * out_cmp + g[..., 1:2] * out_slc + g[..., 2:3] * out_win  # (B, H, N, d_v)
+    out = g[..., 0:1] * out_cmp + g[..., 1:2] * out_slc + g[..., 2:3] * out_win
+    return out.to(dtype)  # (B, H, N, d_v)
 # --8<-- [end:nsa]
 
 
@@ -360,19 +364,24 @@ def dsa_decode_cost(
 def nsa_decode_cost(
     context: int, *, n_heads: int, d_qk: int, d_v: int, kv_bytes_per_token: int,
     block: int = 64, n_select: int = 16, window: int = 512,
+    cmp_block: int = 32, cmp_stride: int = 16,
 ) -> AttentionCost:
-    """NSA: every full block's summary, the selected blocks and the window.
+    """NSA: every compressed summary, the selected blocks and the window.
 
-    The three branches are counted separately (a key both selected and in the
-    window is read twice, as three separate kernels would).
+    NSA compresses overlapping blocks of ``cmp_block`` keys every ``cmp_stride``
+    tokens (32 and 16 in the paper): floor((T - l) / stride) + 1 summaries, about
+    T / 16, the branch that grows with the context. ``block`` is the selection
+    block (64 in the paper). The three branches are counted separately (a key
+    both selected and in the window is read twice, as three kernels would).
     """
     _check_costs(context=context, n_heads=n_heads, d_qk=d_qk, d_v=d_v, kv_bytes_per_token=kv_bytes_per_token,
-                 block=block, n_select=n_select, window=window)
-    n_cmp = context // block
+                 block=block, n_select=n_select, window=window, cmp_block=cmp_block,
+                 cmp_stride=cmp_stride)
+    n_cmp = (context - cmp_block) // cmp_stride + 1 if context >= cmp_block else 0
     n_slc = min(n_select * block, context)
     n_win = min(window, context)
     keys = n_cmp + n_slc + n_win
     flops = 2 * n_heads * keys * (d_qk + d_v)
-    # The summaries live in their own small cache, one entry per full block.
+    # The summaries live in their own small cache, one entry per compressed block.
     return AttentionCost(keys, flops, 0, keys * kv_bytes_per_token)
 # --8<-- [end:cost]
