@@ -54,7 +54,6 @@ def semiseparable(cum):
     # (..., N, 1) - (..., 1, N) -> (..., N, N): a difference, never e^cum / e^cum
     return torch.where(causal, cum.unsqueeze(-1) - cum.unsqueeze(-2), -math.inf).exp()
 # --8<-- [end:mask]
-# --8<-- [end:mask]
 
 
 # --8<-- [start:parallel]
