@@ -205,7 +205,7 @@ def _(s):
 @fuzz("linear.hybrids.pattern_from_full_layers")
 def _(s):
     return [Call(hybrid_mod.pattern_from_full_layers, {"n_layers": 8, "full_layers": [4, 8]},
-                 {"n_layers": POS_INT, "full_layers": Bad(3, None, "48", [0], [9], [2.5], [True])})]
+                 {"n_layers": POS_INT, "full_layers": Bad(3, None, "48", [0], [9], [2.5])})]
 
 
 def _hybrid_config():
