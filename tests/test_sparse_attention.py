@@ -290,14 +290,12 @@ def test_dtypes_devices_masks_and_counts_are_named():
         topk_mask(torch.zeros(1, 8, 8, dtype=torch.long), 2)
     with pytest.raises(ValueError, match=r"index_scores must have shape at least 2 dimensions, got \(8,\)"):
         topk_mask(torch.zeros(8), 2)
-    with pytest.raises(TypeError, match=r"causal must be a bool, got None"):
-        topk_mask(torch.zeros(1, 8, 8), 2, causal=None)
     with pytest.raises(ValueError, match=r"index_scores must be on the device of q cpu, got meta"):
         topk_sparse_attention(q, k, v, torch.zeros(2, 8, 8, device="meta"), 2)
     with pytest.raises(ValueError, match=r"gates must be on the device of q cpu, got meta"):
         nsa_attention(q, k, v, torch.zeros(2, 3, 8, 3, device="meta"))
-    with pytest.raises(ValueError, match=r"n must be an int >= 0, got True"):
-        selection_mask(torch.zeros(2, 3, 1, 2), True, 8, 4, 1)
+    with pytest.raises(ValueError, match=r"n must be an int >= 0, got 2.5"):
+        selection_mask(torch.zeros(2, 3, 1, 2), 2.5, 8, 4, 1)
     with pytest.raises(ValueError, match=r"block_weights must have shape \(B, H, n, m // block\) = \(B, H, 8, 2\), "
                                          r"got \(2, 3, 8, 3\)"):
         selection_mask(torch.zeros(2, 3, 8, 3), 8, 8, 4, 1)
