@@ -270,7 +270,7 @@ FLAG = Bad()  # a bool: anything truthy works as True, so nothing to refuse
 # which takes an argument a caller could get wrong in an interesting way.
 NOT_FUZZED = {
     "distributed.context_parallel.PeerTimeoutError": "an exception class: its one argument is the message",
-    "linear.sparse.AttentionCost": "a frozen dataclass of four counts, built only by the *_decode_cost functions",
+    "linear.sparse_attention.AttentionCost": "a frozen dataclass of four counts, built only by the *_decode_cost functions",
     "efficiency.prefix_cache.RadixCache": "its constructor takes no argument; insert and match take token lists",
 }
 

@@ -62,6 +62,9 @@ def _cases() -> list[dict]:
             for causal in (False, True):
                 cases.append(dict(scheme=scheme, layout=layout, causal=causal, dtype=torch.float64))
         cases.append(dict(scheme=scheme, layout=layouts[-1], causal=True, dtype=torch.float32))
+        # grouped-query attention: 8 query heads share 4 key/value heads
+        cases.append(dict(scheme=scheme, layout=layouts[-1], causal=True, dtype=torch.float64,
+                          kv_heads=4))
     return cases
 
 
@@ -70,13 +73,16 @@ CASES = _cases()
 
 def _case_id(case: dict) -> str:
     dtype = str(case["dtype"]).removeprefix("torch.")
-    return f"{case['scheme']}-{case['layout']}-{'causal' if case['causal'] else 'full'}-{dtype}"
+    gqa = f"-gqa{case['kv_heads']}" if "kv_heads" in case else ""
+    return f"{case['scheme']}-{case['layout']}-{'causal' if case['causal'] else 'full'}-{dtype}{gqa}"
 
 
 def _inputs(case: dict, n: int, index: int):
     """Whole-sequence q, k, v, a key mask (True = real) and an output gradient."""
     g = torch.Generator().manual_seed(index)
-    q, k, v, grad = (torch.randn(2, HEADS, n, 4, generator=g, dtype=case["dtype"]) for _ in range(4))
+    h, h_kv = (8, case["kv_heads"]) if "kv_heads" in case else (HEADS, HEADS)
+    q, grad = (torch.randn(2, h, n, 4, generator=g, dtype=case["dtype"]) for _ in range(2))
+    k, v = (torch.randn(2, h_kv, n, 4, generator=g, dtype=case["dtype"]) for _ in range(2))
     mask = torch.ones(2, n, dtype=torch.bool)
     mask[1, -3:] = False  # padding at the end of the second sequence
     mask[1, 0] = False  # and its first key: causal query 0 then has no key at all
@@ -88,7 +94,8 @@ def _reference(case, q, k, v, mask, grad):
     if case["causal"]:
         allowed = allowed & torch.ones(q.shape[2], q.shape[2], dtype=torch.bool).tril()
     q, k, v = (t.clone().requires_grad_() for t in (q, k, v))
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed,
+                                         enable_gqa=k.shape[1] != q.shape[1])
     out = out.masked_fill(~allowed.any(-1, keepdim=True), 0.0)
     out.backward(grad)
     return out.detach(), q.grad, k.grad, v.grad
@@ -117,7 +124,7 @@ def _worker(rank: int, world_size: int, folder: str, mode: str) -> None:
         local = [shard_sequence(t, rank, world_size, layout, dim=2) for t in (q, k, v, grad)]
         q_l, k_l, v_l = (t.clone().requires_grad_() for t in local[:3])
         out = SCHEMES[case["scheme"]](
-            q_l, k_l, v_l, key_padding_mask=shard_sequence(mask, rank, world_size, layout, dim=1),
+            q_l, k_l, v_l, key_mask=shard_sequence(mask, rank, world_size, layout, dim=1),
             is_causal=case["causal"], **({} if case["scheme"] == "ulysses" else {"layout": layout}),
         )
         out.backward(local[3])  # padded query rows have zero gradient: they do not count
@@ -222,9 +229,52 @@ def test_simulated_ring_matches_sdpa(layout, causal, world_size):
     n = 48
     q, k, v = (torch.randn(2, 3, n, 5, dtype=torch.float64) for _ in range(3))
     mask = torch.rand(2, n) > 0.3
-    out, _ = simulate_ring_attention(q, k, v, world_size, key_padding_mask=mask, is_causal=causal, layout=layout)
+    out, _ = simulate_ring_attention(q, k, v, world_size, key_mask=mask, is_causal=causal, layout=layout)
     expected, *_ = _reference(dict(causal=causal), q, k, v, mask, torch.zeros_like(q))
     torch.testing.assert_close(out, expected, **TOL[torch.float64])
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("world_size", [1, 2, 3, 4])
+def test_simulated_ring_with_grouped_kv_heads_matches_sdpa_enable_gqa(layout, world_size):
+    """The ring moves H_kv-head blocks; each query head reads its group's head."""
+    torch.manual_seed(world_size)
+    n = 24
+    q = torch.randn(2, 6, n, 5, dtype=torch.float64)
+    k, v = (torch.randn(2, 2, n, 5, dtype=torch.float64) for _ in range(2))
+    mask = torch.rand(2, n) > 0.3
+    out, _ = simulate_ring_attention(q, k, v, world_size, key_mask=mask, is_causal=True,
+                                     layout=layout)
+    expected, *_ = _reference(dict(causal=True), q, k, v, mask, torch.zeros_like(q))
+    torch.testing.assert_close(out, expected, **TOL[torch.float64])
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("world_size", [1, 2, 3, 4])
+@pytest.mark.parametrize("per_chunk", [1, 2, 3])
+def test_ring_equals_sdpa_down_to_one_token_per_chunk(layout, world_size, per_chunk):
+    """Every length the layout allows: P or 2P chunks of 1, 2 or 3 tokens."""
+    n = per_chunk * world_size * (2 if layout == "zigzag" else 1)
+    torch.manual_seed(n)
+    q, k, v = (torch.randn(1, 2, n, 3, dtype=torch.float64) for _ in range(3))
+    for causal in (False, True):
+        out, _ = simulate_ring_attention(q, k, v, world_size, is_causal=causal, layout=layout)
+        want = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        torch.testing.assert_close(out, want, **TOL[torch.float64])
+
+
+def test_single_process_gqa_gradients_match_sdpa_enable_gqa():
+    torch.manual_seed(1)
+    q, grad = (torch.randn(1, 4, 6, 3, dtype=torch.float64) for _ in range(2))
+    k, v = (torch.randn(1, 2, 6, 3, dtype=torch.float64) for _ in range(2))
+    mask = torch.tensor([[True, True, False, True, True, False]])
+    expected = _reference(dict(causal=True), q, k, v, mask, grad)
+    for scheme in SCHEMES.values():
+        leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+        out = scheme(*leaves, key_mask=mask, is_causal=True)
+        out.backward(grad)
+        for got, want in zip([out, *[t.grad for t in leaves]], expected):
+            torch.testing.assert_close(got, want, **TOL[torch.float64])
 
 
 def test_zigzag_balances_causal_work():
@@ -243,7 +293,7 @@ def test_single_process_ring_gradients_match_sdpa():
     case = dict(causal=True)
     expected = _reference(case, q, k, v, mask, grad)
     leaves = [t.clone().requires_grad_() for t in (q, k, v)]
-    ring_attention(*leaves, key_padding_mask=mask, is_causal=True).backward(grad)
+    ring_attention(*leaves, key_mask=mask, is_causal=True).backward(grad)
     for got, want in zip([None, *[t.grad for t in leaves]], expected):
         if got is not None:
             torch.testing.assert_close(got, want, **TOL[torch.float64])
@@ -267,10 +317,12 @@ def test_validation_messages():
         ring_attention(x, x, x, layout="spiral")
     with pytest.raises(ValueError, match=r"zigzag shard .* n must be even, got n = 7"):
         allgather_kv_attention(x, x, x, layout="zigzag")
-    with pytest.raises(ValueError, match=r"key_padding_mask must be a bool \(B, n\)"):
-        ring_attention(x, x, x, key_padding_mask=torch.ones(1, 6, dtype=torch.bool))
+    with pytest.raises(ValueError, match=r"key_mask must be a bool \(B, n\)"):
+        ring_attention(x, x, x, key_mask=torch.ones(1, 6, dtype=torch.bool))
     with pytest.raises(ValueError, match=r"q, k and v must be self-attention shards"):
         ulysses_attention(x, torch.zeros(1, 2, 6, 4), x)
+    with pytest.raises(ValueError, match=r"H a multiple of H_kv, got q \(1, 2, 7, 4\), k \(1, 3"):
+        ring_attention(x, torch.zeros(1, 3, 7, 4), torch.zeros(1, 3, 7, 4))
     with pytest.raises(ValueError, match=r"q must be a floating \(B, H, n, d\) shard"):
         ring_attention(x[0], x, x)
     with pytest.raises(TypeError, match=r"k must be a torch.Tensor, got list"):
@@ -288,12 +340,10 @@ def test_more_validation_messages():
         ring_attention(x, x.double(), x)
     with pytest.raises(ValueError, match=r"q, k and v must be on one device, got cpu, cpu and meta"):
         allgather_kv_attention(x, x, x.to("meta"))
-    with pytest.raises(TypeError, match=r"key_padding_mask must be a torch.Tensor or None, got list"):
-        ulysses_attention(x, x, x, key_padding_mask=[True] * 8)
-    with pytest.raises(ValueError, match=r"key_padding_mask must be on the device of q cpu, got meta"):
-        ring_attention(x, x, x, key_padding_mask=mask.to("meta"))
-    with pytest.raises(TypeError, match=r"is_causal must be a bool, got 1"):
-        ring_attention(x, x, x, is_causal=1)
+    with pytest.raises(TypeError, match=r"key_mask must be a torch.Tensor or None, got list"):
+        ulysses_attention(x, x, x, key_mask=[True] * 8)
+    with pytest.raises(ValueError, match=r"key_mask must be on the device of q cpu, got meta"):
+        ring_attention(x, x, x, key_mask=mask.to("meta"))
     with pytest.raises(ValueError, match=r"scale must be a positive finite float or None, got 0.0"):
         ulysses_attention(x, x, x, scale=0.0)
     with pytest.raises(ValueError, match=r"the sequence length of q, k and v must be a multiple of 6 for layout "
@@ -301,8 +351,8 @@ def test_more_validation_messages():
         simulate_ring_attention(x, x, x, 3, layout="zigzag")
     with pytest.raises(ValueError, match=r"rank must be an int in \[0, world_size=2\), got 2"):
         shard_sequence(x, 2, 2)
-    with pytest.raises(ValueError, match=r"world_size must be a positive int, got True"):
-        shard_positions(4, 0, True)
+    with pytest.raises(ValueError, match=r"world_size must be a positive int, got 2.5"):
+        shard_positions(4, 0, 2.5)
     with pytest.raises(ValueError, match=r"n_local must be an int >= 0 and a multiple of 2 for layout 'zigzag', got 3"):
         shard_positions(3, 0, 2, "zigzag")
     with pytest.raises(TypeError, match=r"x must be a torch.Tensor, got list"):

@@ -65,12 +65,12 @@ def _(s):
 
 
 CP_QKV = {"q": T(rank=4, tied=(0, 1, 2, 3), names=("k", "v")), "k": T(rank=4, tied=(0, 1, 2, 3), names=("q", "v")),
-          "v": T(rank=4, tied=(0, 1, 2), names=("q", "k")), "key_padding_mask": KEY_MASK, "is_causal": FLAG}
+          "v": T(rank=4, tied=(0, 1, 2), names=("q", "k")), "key_mask": KEY_MASK, "is_causal": FLAG}
 
 
 def _cp_inputs(s, n=4):
     return {"q": r(s.b, s.h, n, s.d), "k": r(s.b, s.h, n, s.d), "v": r(s.b, s.h, n, s.d + 1),
-            "key_padding_mask": ones(s.b, n), "is_causal": True}
+            "key_mask": ones(s.b, n), "is_causal": True}
 
 
 @fuzz("distributed.context_parallel.ring_attention", "distributed.context_parallel.allgather_kv_attention")

@@ -13,19 +13,19 @@ import torch
 from torch import nn  # noqa: F401
 
 from fuzz_support import *  # noqa: F401,F403
-from fuzz_support import fuzz_tests
+from fuzz_support import NOT_FUZZED, fuzz_tests
 from snippets.linear import delta_rule as delta_mod
-from snippets.linear import gated_linear as gla_mod
-from snippets.linear import hybrid_memory as hybrid_mod
-from snippets.linear import sparse as sparse_mod
-from snippets.linear import ssd as ssd_mod
+from snippets.linear import gated_linear_attention as gla_mod
+from snippets.linear import hybrids as hybrid_mod
+from snippets.linear import sparse_attention as sparse_mod
+from snippets.linear import state_space_duality as ssd_mod
 
 # linear/
 
 SCALE_OR_NONE = {"scale": SCALE}
 
 
-@fuzz("linear.gated_linear.gla_recurrent", "linear.gated_linear.gla_parallel", "linear.gated_linear.gla_chunked")
+@fuzz("linear.gated_linear_attention.gla_recurrent", "linear.gated_linear_attention.gla_parallel", "linear.gated_linear_attention.gla_chunked")
 def _(s):
     base = {"q": r(s.b, s.h, s.n, s.d), "k": r(s.b, s.h, s.n, s.d), "v": r(s.b, s.h, s.n, s.d + 1),
             "g": -r(s.b, s.h, s.n, s.d).abs()}
@@ -33,12 +33,13 @@ def _(s):
              "v": T(min_rank=2, tied=(0, 1, -2)), "g": T(min_rank=2, tied=(0, 1, -2, -1)), **SCALE_OR_NONE}
     calls = [Call(fn, {**base, "scale": 0.5}, specs, fn.__name__, fn.__name__)
              for fn in (gla_mod.gla_recurrent, gla_mod.gla_parallel)]
-    calls.append(Call(gla_mod.gla_chunked, {**base, "chunk_size": 2}, {**specs, "chunk_size": POS_INT},
+    calls.append(Call(gla_mod.gla_chunked, {**base, "chunk_size": 2, "sub_chunk_size": 1},
+                      {**specs, "chunk_size": POS_INT, "sub_chunk_size": POS_INT},
                       "gla_chunked", "gla_chunked"))
     return calls
 
 
-@fuzz("linear.gated_linear.gla_step")
+@fuzz("linear.gated_linear_attention.gla_step")
 def _(s):
     base = {"q": r(s.b, s.h, s.d), "k": r(s.b, s.h, s.d), "v": r(s.b, s.h, s.d + 1), "g": -r(s.b, s.h, s.d).abs()}
     state = r(s.b, s.h, s.d, s.d + 1)
@@ -86,7 +87,7 @@ SSD_SPECS = {"x": T(rank=4, tied=(0, 1, 2), names=("dt", "A", "b")), "dt": T(ran
              "c": T(rank=4, tied=(0, 1, 2, 3), names=("b",))}
 
 
-@fuzz("linear.ssd.ssd_recurrent", "linear.ssd.ssd_attention", "linear.ssd.ssd_chunked")
+@fuzz("linear.state_space_duality.ssd_recurrent", "linear.state_space_duality.ssd_attention", "linear.state_space_duality.ssd_chunked")
 def _(s):
     calls = [Call(fn, _ssd_inputs(s), SSD_SPECS, fn.__name__, fn.__name__)
              for fn in (ssd_mod.ssd_recurrent, ssd_mod.ssd_attention)]
@@ -95,7 +96,7 @@ def _(s):
     return calls
 
 
-@fuzz("linear.ssd.ssd_mask")
+@fuzz("linear.state_space_duality.ssd_mask")
 def _(s):
     return [Call(ssd_mod.ssd_mask, {"dt": r(s.b, s.h, s.n).abs(), "A": -r(s.h).abs()},
                  {"dt": T(rank=3, tied=(1,), names=("A",)), "A": T(rank=1, tied=(0,), names=("dt",))})]
@@ -105,24 +106,24 @@ SPARSE_QKV = {"q": T(rank=4, tied=(0, 1, 3), names=("k", "v")), "k": T(rank=4, t
               "v": T(rank=4, tied=(0, 1, 2), names=("q", "k"))}
 
 
-@fuzz("linear.sparse.causal_keys")
+@fuzz("linear.sparse_attention.causal_keys")
 def _(s):
     return [Call(sparse_mod.causal_keys, {"n": s.n, "m": s.m}, {"n": NONNEG_INT, "m": NONNEG_INT})]
 
 
-@fuzz("linear.sparse.window_keys")
+@fuzz("linear.sparse_attention.window_keys")
 def _(s):
     return [Call(sparse_mod.window_keys, {"n": s.n, "m": s.m, "window": 2},
                  {"n": NONNEG_INT, "m": NONNEG_INT, "window": POS_INT})]
 
 
-@fuzz("linear.sparse.attend_masked")
+@fuzz("linear.sparse_attention.attend_masked")
 def _(s):
     return [Call(sparse_mod.attend_masked, {**qkv(s), "mask": ones(s.b, 1, s.n, s.m)},
                  {**SPARSE_QKV, "mask": T(BOOL, min_rank=2, tied=(0, -2, -1), lead_fixed=True)})]
 
 
-@fuzz("linear.sparse.lightning_indexer")
+@fuzz("linear.sparse_attention.lightning_indexer")
 def _(s):
     return [Call(sparse_mod.lightning_indexer, {"q_idx": r(s.b, s.n, s.h, s.d), "k_idx": r(s.b, s.m, s.d),
                                                 "w": r(s.b, s.n, s.h)},
@@ -130,26 +131,26 @@ def _(s):
                   "w": T(rank=3, tied=(0, 1, 2), names=("q_idx",))})]
 
 
-@fuzz("linear.sparse.topk_mask")
+@fuzz("linear.sparse_attention.topk_mask")
 def _(s):
     return [Call(sparse_mod.topk_mask, {"index_scores": r(s.b, s.n, s.m), "topk": 2, "causal": False},
                  {"index_scores": T(min_rank=2, dtype_peer=False, device_peer=False), "topk": POS_INT,
                   "causal": FLAG})]
 
 
-@fuzz("linear.sparse.topk_sparse_attention")
+@fuzz("linear.sparse_attention.topk_sparse_attention")
 def _(s):
     return [Call(sparse_mod.topk_sparse_attention, {**qkv(s), "index_scores": r(s.b, s.n, s.m), "topk": 2},
                  {**SPARSE_QKV, "index_scores": T(rank=3, tied=(0, 1, 2), dtype_peer=False), "topk": POS_INT,
                   "causal": FLAG})]
 
 
-@fuzz("linear.sparse.compressed_attention")
+@fuzz("linear.sparse_attention.compressed_attention")
 def _(s):
     return [Call(sparse_mod.compressed_attention, {**qkv(s), "block": 2}, {**SPARSE_QKV, "block": POS_INT})]
 
 
-@fuzz("linear.sparse.selection_mask")
+@fuzz("linear.sparse_attention.selection_mask")
 def _(s):
     m = s.m + 2
     return [Call(sparse_mod.selection_mask, {"block_weights": r(s.b, s.h, s.n, m // 2).softmax(-1), "n": s.n, "m": m,
@@ -160,7 +161,7 @@ def _(s):
                   "n_select": POS_INT})]
 
 
-@fuzz("linear.sparse.nsa_attention")
+@fuzz("linear.sparse_attention.nsa_attention")
 def _(s):
     return [Call(sparse_mod.nsa_attention, {**qkv(s), "gates": r(s.b, s.h, s.n, 3).sigmoid(), "block": 2,
                                             "n_select": 1, "window": 2},
@@ -172,41 +173,42 @@ COST_SPECS = {"context": POS_INT, "n_heads": POS_INT, "d_qk": POS_INT, "d_v": PO
 COST_ARGS = {"context": 4096, "n_heads": 8, "d_qk": 64, "d_v": 64, "kv_bytes_per_token": 256}
 
 
-@fuzz("linear.sparse.dense_decode_cost")
+@fuzz("linear.sparse_attention.dense_decode_cost")
 def _(s):
     return [Call(sparse_mod.dense_decode_cost, dict(COST_ARGS), COST_SPECS)]
 
 
-@fuzz("linear.sparse.dsa_decode_cost")
+@fuzz("linear.sparse_attention.dsa_decode_cost")
 def _(s):
     return [Call(sparse_mod.dsa_decode_cost, dict(COST_ARGS),
                  {**COST_SPECS, "topk": POS_INT, "index_heads": POS_INT, "index_dim": POS_INT,
                   "index_bytes_per_token": POS_INT})]
 
 
-@fuzz("linear.sparse.nsa_decode_cost")
+@fuzz("linear.sparse_attention.nsa_decode_cost")
 def _(s):
     return [Call(sparse_mod.nsa_decode_cost, dict(COST_ARGS),
-                 {**COST_SPECS, "block": POS_INT, "n_select": POS_INT, "window": POS_INT})]
+                 {**COST_SPECS, "block": POS_INT, "n_select": POS_INT, "window": POS_INT,
+                  "cmp_block": POS_INT, "cmp_stride": POS_INT})]
 
 
-@fuzz("linear.hybrid_memory.layer_pattern")
+@fuzz("linear.hybrids.layer_pattern")
 def _(s):
     return [Call(hybrid_mod.layer_pattern, {"n_layers": 8, "full_attention_interval": 4},
                  {"n_layers": POS_INT, "full_attention_interval": POS_INT})]
 
 
-@fuzz("linear.hybrid_memory.pattern_from_full_layers")
+@fuzz("linear.hybrids.pattern_from_full_layers")
 def _(s):
     return [Call(hybrid_mod.pattern_from_full_layers, {"n_layers": 8, "full_layers": [4, 8]},
-                 {"n_layers": POS_INT, "full_layers": Bad(3, None, "48", [0], [9], [2.5], [True])})]
+                 {"n_layers": POS_INT, "full_layers": Bad(3, None, "48", [0], [9], [2.5])})]
 
 
 def _hybrid_config():
     return hybrid_mod.HybridConfig("toy", hybrid_mod.layer_pattern(4, 2), kv_per_token=8, state_per_layer=16)
 
 
-@fuzz("linear.hybrid_memory.HybridConfig")
+@fuzz("linear.hybrids.HybridConfig")
 def _(s):
     return [Call(hybrid_mod.HybridConfig, {"name": "toy", "layer_types": ("linear", "full"), "kv_per_token": 8,
                                            "state_per_layer": 16, "conv_per_layer": 2},
@@ -214,7 +216,7 @@ def _(s):
                   "kv_per_token": NONNEG_INT, "state_per_layer": NONNEG_INT, "conv_per_layer": NONNEG_INT})]
 
 
-@fuzz("linear.hybrid_memory.cache_bytes")
+@fuzz("linear.hybrids.cache_bytes")
 def _(s):
     return [Call(hybrid_mod.cache_bytes, {"config": _hybrid_config(), "context": 1024, "batch": 2},
                  {"config": Bad(3, None, "config"), "context": NONNEG_INT, "batch": POS_INT,
@@ -230,14 +232,14 @@ KIMI_LINEAR = {"num_hidden_layers": 8, "kv_lora_rank": 16, "qk_rope_head_dim": 4
                                       "short_conv_kernel_size": 4}}
 
 
-@fuzz("linear.hybrid_memory.qwen3_next_config")
+@fuzz("linear.hybrids.qwen3_next_config")
 def _(s):
     missing = {k: v for k, v in QWEN3_NEXT.items() if k != "head_dim"}
     return [Call(hybrid_mod.qwen3_next_config, {"hf": dict(QWEN3_NEXT)},
                  {"hf": Bad(3, None, "config.json", missing, {**QWEN3_NEXT, "head_dim": "4"})})]
 
 
-@fuzz("linear.hybrid_memory.kimi_linear_config")
+@fuzz("linear.hybrids.kimi_linear_config")
 def _(s):
     missing = {k: v for k, v in KIMI_LINEAR.items() if k != "kv_lora_rank"}
     return [Call(hybrid_mod.kimi_linear_config, {"hf": dict(KIMI_LINEAR)},

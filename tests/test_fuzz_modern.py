@@ -17,9 +17,9 @@ from fuzz_support import fuzz_tests
 from snippets.architecture import transformer_block as block_mod
 from snippets.attention import multi_head as mha_mod
 from snippets.history import gpt as gpt_mod
-from snippets.linear import hybrid_memory as hybrid_mod
-from snippets.linear import sparse as sparse_mod
-from snippets.linear import ssd as ssd_mod
+from snippets.linear import hybrids as hybrid_mod
+from snippets.linear import sparse_attention as sparse_mod
+from snippets.linear import state_space_duality as ssd_mod
 from snippets.modern import modern_block as modern_block
 from snippets.modern import cache_size as modern_cache
 from snippets.modern import gates_and_caps as modern_gates

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from snippets.linear.hybrid_memory import (
+from snippets.linear.hybrids import (
     HybridConfig,
     cache_bytes,
     kimi_linear_config,
@@ -24,6 +24,25 @@ KIMI = DATA["kimi_linear"]["config"]
 def test_every_model_names_its_source():
     for entry in DATA.values():
         assert "config.json of " in entry["source"]
+
+
+@pytest.mark.parametrize("name, full, linear", [
+    ("jamba", 4, 28),  # one attention layer in eight: 1:7
+    ("minimax_01", 10, 70),  # seven lightning layers, then one softmax layer
+    ("recurrent_gemma", 8, 18),  # two recurrent blocks, then one local attention
+    ("minimax_m2", 62, 0),  # the counter-example: full attention everywhere
+])
+def test_other_hybrids_layer_mix(name, full, linear):
+    entry = DATA[name]
+    layers = [i + 1 for i in range(entry["layers"])
+              if i % entry["attention_period"] == entry["attention_offset"]]
+    pattern = pattern_from_full_layers(entry["layers"], layers)
+    assert (pattern.count("full"), pattern.count("linear")) == (full, linear)
+
+
+def test_kimi_linear_mla_layers_use_no_position_encoding():
+    assert DATA["kimi_linear_mla_positions"]["nope"] is True
+    assert len(KIMI["linear_attn_config"]["full_attn_layers"]) == 7
 
 
 def test_three_linear_layers_per_full_layer():

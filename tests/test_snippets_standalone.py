@@ -220,7 +220,7 @@ SMOKE: dict[str, tuple[str, str]] = {
         "x = torch.randn(1, 1, 6, 4); result = tuple(m.linear_attention(x, x, x, causal=True).shape)",
         "(1, 1, 6, 4)",
     ),
-    "linear/gated_linear.py": (
+    "linear/gated_linear_attention.py": (
         "x = torch.randn(1, 1, 6, 4); g = -torch.rand(1, 1, 6, 4)\n"
         "result = torch.allclose(m.gla_chunked(x, x, x, g, chunk_size=4), m.gla_recurrent(x, x, x, g), atol=1e-5)",
         "True",
@@ -230,17 +230,17 @@ SMOKE: dict[str, tuple[str, str]] = {
         "result = torch.allclose(m.delta_rule_chunked(x, x, x, b, chunk_size=4), m.delta_rule_parallel(x, x, x, b), atol=1e-4)",
         "True",
     ),
-    "linear/ssd.py": (
+    "linear/state_space_duality.py": (
         "x = torch.randn(1, 2, 6, 3); dt = torch.rand(1, 2, 6); a = -torch.rand(2); b = torch.randn(1, 2, 6, 4)\n"
         "result = torch.allclose(m.ssd_chunked(x, dt, a, b, b, chunk_size=4), m.ssd_attention(x, dt, a, b, b), atol=1e-5)",
         "True",
     ),
-    "linear/sparse.py": (
+    "linear/sparse_attention.py": (
         "x = torch.randn(1, 2, 8, 4); out = m.nsa_attention(x, x, x, torch.rand(1, 2, 8, 3), block=2, n_select=2, window=3)\n"
         "result = (tuple(out.shape), m.dsa_decode_cost(4096, n_heads=1, d_qk=1, d_v=1, kv_bytes_per_token=1).keys)",
         "((1, 2, 8, 4), 2048)",
     ),
-    "linear/hybrid_memory.py": (
+    "linear/hybrids.py": (
         "result = m.layer_pattern(4, 4)",
         "('linear', 'linear', 'linear', 'full')",
     ),

@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch.testing import assert_close
 
-from snippets.linear.sparse import (
+from snippets.linear.sparse_attention import (
     causal_keys,
     compressed_attention,
     dense_decode_cost,
@@ -137,6 +137,62 @@ def test_half_precision_is_finite(dtype):
     assert out.dtype == dtype and torch.isfinite(out).all()
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("form", ["masked", "topk", "compressed", "nsa"])
+def test_half_precision_is_float32_rounded(dtype, form):
+    """Each branch in half precision equals its float32 computation on the same rounded
+    inputs to a few units of the dtype's rounding, over 300 keys at moderate scores."""
+    q, k, v = (t.to(dtype) for t in _qkv(b=1, h=2, n=300, d=16, dtype=torch.float32))
+    index = torch.randn(1, 300, 300).to(dtype)
+    gates = torch.rand(1, 2, 300, 3).to(dtype)
+    call = {
+        "masked": lambda q, k, v: attend_masked(q, k, v, causal_keys(300, 300)),
+        "topk": lambda q, k, v: topk_sparse_attention(q, k, v, index.to(q.dtype), 64),
+        "compressed": lambda q, k, v: compressed_attention(q, k, v, 16)[0],
+        "nsa": lambda q, k, v: nsa_attention(q, k, v, gates.to(q.dtype), block=16, n_select=4,
+                                             window=32),
+    }[form]
+    ref = call(q.float(), k.float(), v.float())
+    out = call(q, k, v)
+    assert out.dtype == dtype
+    eps = torch.finfo(dtype).eps
+    assert_close(out.float(), ref, rtol=2 * eps, atol=2 * eps * ref.abs().mean().item())
+
+
+def _shifted(q, k, big):
+    """One more coordinate, -big on q and 1 on k: every score drops by big / sqrt(d + 1),
+    which softmax ignores; only a masked key filled with a finite number would notice."""
+    return (torch.cat([q, torch.full_like(q[..., :1], -big)], -1),
+            torch.cat([k, torch.ones_like(k[..., :1])], -1))
+
+
+@pytest.mark.parametrize("big", [1e3, 1e10])
+def test_masked_keys_stay_masked_at_scores_far_below_zero(big):
+    """Scores near -3e9 lie below a -1e9 fill: a finite fill would let masked keys win.
+    (Scores that large keep about 1e-6 of their O(1) part in float64: tolerance 1e-4.)"""
+    tol = F64 if big < 1e6 else dict(atol=1e-4, rtol=1e-4)
+    q, k, v = _qkv(n=24)
+    q, k = _shifted(q, k, big)
+    mask = torch.rand(2, 1, 24, 24, generator=torch.Generator().manual_seed(1)) > 0.4
+    mask[..., 0] = True
+    assert_close(attend_masked(q, k, v, mask), F.scaled_dot_product_attention(q, k, v, attn_mask=mask), **tol)
+    index = torch.randn(2, 24, 24, dtype=torch.float64)
+    keep = topk_mask(index, 5).unsqueeze(1)
+    want = F.scaled_dot_product_attention(q, k, v, attn_mask=keep)
+    assert_close(topk_sparse_attention(q, k, v, index, 5), want, **tol)
+    out, weights = compressed_attention(q, k, v, 4)
+    k_cmp, v_cmp = (t.unflatten(2, (6, 4)).mean(3) for t in (k, v))
+    seen = (torch.arange(6) + 1) * 4 - 1 <= torch.arange(24).unsqueeze(-1)
+    want = F.scaled_dot_product_attention(q, k_cmp, v_cmp, attn_mask=seen).masked_fill(
+        ~seen.any(-1, keepdim=True), 0.0)
+    assert_close(out, want, **tol)
+    for gate, mask in ((1, selection_mask(weights, 24, 24, 4, 2).unsqueeze(1)),
+                       (2, window_keys(24, 24, 5))):
+        gates = torch.nn.functional.one_hot(torch.full((2, 3, 24), gate), 3).double()
+        want = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        assert_close(nsa_attention(q, k, v, gates, block=4, n_select=2, window=5), want, **tol)
+
+
 CONF = dict(n_heads=4, d_qk=16, d_v=8, kv_bytes_per_token=48)
 
 
@@ -156,12 +212,25 @@ def test_cost_key_counts_match_the_masks():
     scores = torch.randn(2, n, n, dtype=torch.float64)
     assert topk_mask(scores, 20)[:, last].sum(-1).eq(dsa_decode_cost(n, topk=20, **CONF).keys).all()
     _, w = compressed_attention(q, k, v, block)
-    cost = nsa_decode_cost(n, block=block, n_select=n_select, window=window, **CONF)
+    # blocks of the compressed branch that do not overlap: length = stride = block
+    cost = nsa_decode_cost(n, block=block, n_select=n_select, window=window, cmp_block=block,
+                           cmp_stride=block, **CONF)
     seen = (w[:, :, last] > 0).sum(-1)  # full blocks the last query weighs
     selected = selection_mask(w, n, n, block, n_select)[:, last].sum(-1)
     windowed = window_keys(n, n, window)[last].sum()
     assert (seen + selected.unsqueeze(1) + windowed == cost.keys).all()
     assert cost.attention_flops == 2 * 4 * cost.keys * (16 + 8)
+
+
+@pytest.mark.parametrize("context", [1, 31, 32, 47, 48, 4096, 131_072])
+def test_nsa_cost_counts_overlapping_compression_blocks(context):
+    """The paper's compression: blocks of 32 keys every 16 tokens, floor((T - 32) / 16) + 1
+    summaries (about T / 16, four times the T / 64 of blocks that do not overlap)."""
+    cost = nsa_decode_cost(context, **CONF)
+    starts = [s for s in range(0, context, 16) if s + 32 <= context]  # complete blocks
+    assert cost.keys == len(starts) + min(16 * 64, context) + min(512, context)
+    if context == 131_072:
+        assert len(starts) == 8191 and cost.keys - 1024 - 512 == 8191
 
 
 def test_bad_input_is_named():
@@ -221,14 +290,12 @@ def test_dtypes_devices_masks_and_counts_are_named():
         topk_mask(torch.zeros(1, 8, 8, dtype=torch.long), 2)
     with pytest.raises(ValueError, match=r"index_scores must have shape at least 2 dimensions, got \(8,\)"):
         topk_mask(torch.zeros(8), 2)
-    with pytest.raises(TypeError, match=r"causal must be a bool, got None"):
-        topk_mask(torch.zeros(1, 8, 8), 2, causal=None)
     with pytest.raises(ValueError, match=r"index_scores must be on the device of q cpu, got meta"):
         topk_sparse_attention(q, k, v, torch.zeros(2, 8, 8, device="meta"), 2)
     with pytest.raises(ValueError, match=r"gates must be on the device of q cpu, got meta"):
         nsa_attention(q, k, v, torch.zeros(2, 3, 8, 3, device="meta"))
-    with pytest.raises(ValueError, match=r"n must be an int >= 0, got True"):
-        selection_mask(torch.zeros(2, 3, 1, 2), True, 8, 4, 1)
+    with pytest.raises(ValueError, match=r"n must be an int >= 0, got 2.5"):
+        selection_mask(torch.zeros(2, 3, 1, 2), 2.5, 8, 4, 1)
     with pytest.raises(ValueError, match=r"block_weights must have shape \(B, H, n, m // block\) = \(B, H, 8, 2\), "
                                          r"got \(2, 3, 8, 3\)"):
         selection_mask(torch.zeros(2, 3, 8, 3), 8, 8, 4, 1)

@@ -6,8 +6,8 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from snippets.linear.gated_linear import gla_parallel
-from snippets.linear.ssd import ssd_attention, ssd_chunked, ssd_mask, ssd_recurrent
+from snippets.linear.gated_linear_attention import gla_parallel
+from snippets.linear.state_space_duality import ssd_attention, ssd_chunked, ssd_mask, ssd_recurrent
 
 F64 = dict(atol=1e-12, rtol=1e-12)
 
@@ -71,13 +71,20 @@ def test_causal_future_tokens_change_nothing():
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-def test_half_precision_is_finite_and_close(dtype):
-    args = _inputs(n=40, dtype=torch.float32)
-    ref = ssd_attention(*(t.double() for t in args))
-    for form in (ssd_attention, ssd_chunked, ssd_recurrent):
-        out = form(*(t.to(dtype) for t in args))
-        assert out.dtype == dtype and torch.isfinite(out).all()
-        assert_close(out.double(), ref, atol=0.1, rtol=0.05)
+@pytest.mark.parametrize("form", [ssd_recurrent, ssd_attention, ssd_chunked])
+def test_half_precision_is_float32_rounded(dtype, form):
+    """In half precision each form equals its float32 computation on the same rounded
+    inputs, to a few units of the dtype's rounding, over 512 tokens whose cumulative
+    log-decays reach the hundreds."""
+    inputs = tuple(t.to(dtype) for t in _inputs(bsz=1, h=2, n=512, d=8, d_state=8,
+                                                  dtype=torch.float32, seed=4))
+    x, dt, a, b, c = inputs
+    assert (dt.float() * a.float()[:, None]).sum(-1).min() < -100
+    ref = form(*(t.float() for t in inputs))
+    out = form(*inputs)
+    assert out.dtype == dtype and torch.isfinite(out).all()
+    eps = torch.finfo(dtype).eps
+    assert_close(out.float(), ref, rtol=2 * eps, atol=2 * eps * ref.abs().mean().item())
 
 
 def test_gradients_flow_through_the_chunked_form():
@@ -91,7 +98,7 @@ def test_bad_input_is_named():
         ssd_attention(x, -dt - 0.1, a, b, c)
     with pytest.raises(ValueError, match="A must be <= 0"):
         ssd_attention(x, dt, -a, b, c)
-    with pytest.raises(ValueError, match="A must have shape"):
+    with pytest.raises(ValueError, match="A \\(H,\\) with the same H"):
         ssd_recurrent(x, dt, a[:1], b, c)
     with pytest.raises(ValueError, match="dt must have shape"):
         ssd_chunked(x, dt[..., :2], a, b, c)
@@ -99,9 +106,9 @@ def test_bad_input_is_named():
         ssd_attention(x, dt, a, b, c[..., :2])
     with pytest.raises(ValueError, match="x must have shape"):
         ssd_attention(x[0], dt, a, b, c)
-    with pytest.raises(TypeError, match="c must be a torch.Tensor"):
+    with pytest.raises(TypeError, match="c must be a floating torch.Tensor, got NoneType"):
         ssd_attention(x, dt, a, b, None)
-    with pytest.raises(TypeError, match="floating dtype"):
+    with pytest.raises(TypeError, match="floating"):
         ssd_attention(x, dt, a, b.long(), c)
     with pytest.raises(ValueError, match="chunk_size must be a positive int, got -2"):
         ssd_chunked(x, dt, a, b, c, chunk_size=-2)
@@ -109,20 +116,19 @@ def test_bad_input_is_named():
 
 def test_dtypes_devices_and_the_mask_inputs_are_named():
     x, dt, a, b, c = _inputs(n=4)
-    with pytest.raises(TypeError, match=r"x, dt, A, b and c must share one dtype, got \['torch.float64', 'torch.float64', "
-                                        r"'torch.float32', 'torch.float64', 'torch.float64'\]"):
+    with pytest.raises(TypeError, match=r"x, dt, A, b, c must share one dtype, got .*A torch.float32"):
         ssd_attention(x.double(), dt.double(), a.float(), b.double(), c.double())
-    with pytest.raises(ValueError, match=r"x, dt, A, b and c must be on one device, got \['cpu', 'cpu', 'cpu', 'cpu', 'meta'\]"):
+    with pytest.raises(ValueError, match=r"must be on one device, got .*c meta"):
         ssd_recurrent(x.cpu(), dt.cpu(), a.cpu(), b.cpu(), c.to("meta"))
-    with pytest.raises(TypeError, match=r"dt must be a torch.Tensor, got list"):
+    with pytest.raises(TypeError, match=r"dt must be a floating torch.Tensor, got list"):
         ssd_mask([0.1], a)
-    with pytest.raises(TypeError, match=r"A must have a floating dtype, got torch.int64"):
+    with pytest.raises(TypeError, match=r"A must be a floating torch.Tensor, got torch.int64"):
         ssd_mask(dt, a.long())
-    with pytest.raises(ValueError, match=r"dt must have shape \(B, H, N\), got \(4,\)"):
+    with pytest.raises(ValueError, match=r"dt must have shape \(B, H, N\) and A \(H,\)"):
         ssd_mask(dt[0, 0], a)
-    with pytest.raises(ValueError, match=r"A must have shape \(H,\) = \(3,\) with H from dt, got \(2,\)"):
+    with pytest.raises(ValueError, match=r"got dt \(2, 3, 4\) and A \(2,\)"):
         ssd_mask(dt, torch.zeros(2, dtype=dt.dtype))
-    with pytest.raises(TypeError, match=r"dt and A must share one dtype, got torch.float64 and torch.float32"):
+    with pytest.raises(TypeError, match=r"dt, A must share one dtype"):
         ssd_mask(dt.double(), a.float())
-    with pytest.raises(ValueError, match=r"dt and A must be on one device, got cpu and meta"):
+    with pytest.raises(ValueError, match=r"dt, A must be on one device, got dt cpu, A meta"):
         ssd_mask(dt.cpu(), a.to("meta"))

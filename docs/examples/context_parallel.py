@@ -34,7 +34,7 @@ allowed = key_mask[:, None, None, :] & torch.ones(N, N, dtype=torch.bool).tril()
 reference = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)
 for layout in LAYOUTS:
     for P in (1, 2, 4, 8):
-        out, work = simulate_ring_attention(q, k, v, P, key_padding_mask=key_mask, is_causal=True, layout=layout)
+        out, work = simulate_ring_attention(q, k, v, P, key_mask=key_mask, is_causal=True, layout=layout)
         print(f"{layout:>10}, P = {P}: max |ring - SDPA| = {(out - reference).abs().max().item():.1e}, "
               f"score entries per rank {work}")
 

@@ -15,7 +15,7 @@ import matplotlib.pyplot as plt
 import yaml
 
 import snippets
-from snippets.linear.hybrid_memory import cache_bytes, kimi_linear_config, qwen3_next_config
+from snippets.linear.hybrids import cache_bytes, kimi_linear_config, qwen3_next_config
 import _plotting  # noqa: F401  (figure style)
 
 data = yaml.safe_load((Path(snippets.__file__).resolve().parents[1] / "docs" / "data" / "hybrids.yaml").read_text())

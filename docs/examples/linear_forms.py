@@ -15,8 +15,8 @@ import torch
 import torch.nn.functional as F
 
 from snippets.linear.delta_rule import delta_rule_chunked, delta_rule_parallel, delta_rule_recurrent
-from snippets.linear.gated_linear import gla_chunked, gla_parallel, gla_recurrent
-from snippets.linear.ssd import ssd_attention, ssd_chunked, ssd_mask, ssd_recurrent
+from snippets.linear.gated_linear_attention import gla_chunked, gla_parallel, gla_recurrent
+from snippets.linear.state_space_duality import ssd_attention, ssd_chunked, ssd_mask, ssd_recurrent
 from _plotting import attention_heatmap
 
 torch.manual_seed(0)

@@ -13,7 +13,7 @@ import matplotlib.pyplot as plt
 import torch
 import torch.nn.functional as F
 
-from snippets.linear.sparse import (
+from snippets.linear.sparse_attention import (
     attend_masked,
     causal_keys,
     compressed_attention,

@@ -15,16 +15,16 @@ import yaml
 from matplotlib.colors import LinearSegmentedColormap, to_rgba
 
 from snippets.linear.delta_rule import delta_rule_chunked, delta_rule_parallel
-from snippets.linear.gated_linear import gla_parallel
-from snippets.linear.hybrid_memory import cache_bytes, kimi_linear_config, qwen3_next_config
-from snippets.linear.sparse import (
+from snippets.linear.gated_linear_attention import gla_parallel
+from snippets.linear.hybrids import cache_bytes, kimi_linear_config, qwen3_next_config
+from snippets.linear.sparse_attention import (
     compressed_attention,
     lightning_indexer,
     selection_mask,
     topk_mask,
     window_keys,
 )
-from snippets.linear.ssd import ssd_mask
+from snippets.linear.state_space_duality import ssd_mask
 
 HYBRIDS = pathlib.Path(__file__).resolve().parents[1] / "data" / "hybrids.yaml"
 

@@ -31,9 +31,16 @@ Page: docs/distributed/context-parallel.md
 Tested against: torch.nn.functional.scaled_dot_product_attention on the whole
 sequence, with 2 and 4 gloo processes (tests/test_context_parallel.py).
 
-Mask convention: ``key_padding_mask`` is boolean, True = this key may be
-attended (a real token), as for SDPA. ``is_causal`` is self-attention causality
-over global positions. A query that may attend to no key returns zeros.
+Mask convention: ``key_mask`` is boolean, True = this key may be
+attended (a real token), as for SDPA (``nn.MultiheadAttention``'s
+``key_padding_mask`` means the opposite: True = padding).
+
+Grouped-query attention: k and v may have H_kv heads, a divisor of q's H, as
+with SDPA's ``enable_gqa=True`` (query head h reads key/value head h // (H /
+H_kv)). The ring and the all-gather move only the H_kv heads; Ulysses splits
+both head counts across ranks, so its degree P must divide H_kv.
+``is_causal`` is self-attention causality over global positions. A query that
+may attend to no key returns zeros.
 
 Without an initialised process group every function runs as a world of one
 process, so the file can be tried in a notebook. This file needs only torch
@@ -76,22 +83,37 @@ def _chunks_of(rank: int, world_size: int, layout: str) -> list[int]:
     if layout == "contiguous":
         return [rank]  # P chunks, one each
     return [rank, 2 * world_size - 1 - rank]  # 2P chunks: one early, one late
+# --8<-- [end:layout]
 
 
-def shard_positions(n_local: int, rank: int, world_size: int, layout: str = "contiguous") -> torch.Tensor:
-    """Global positions of the ``n_local`` tokens that ``rank`` holds, ``(n_local,)``."""
+# --8<-- [start:layout_face]
+
+
+def shard_positions(
+    n_local: int, rank: int, world_size: int, layout: str = "contiguous"
+) -> torch.Tensor:
+    """Global positions of the ``n_local`` tokens ``rank`` holds, ``(n_local,)``."""
     _check_layout(layout)
     _check_rank(rank, world_size)
     per_rank = 1 if layout == "contiguous" else 2
-    if isinstance(n_local, bool) or not isinstance(n_local, int) or n_local < 0 or n_local % per_rank:
-        raise ValueError(f"n_local must be an int >= 0 and a multiple of {per_rank} for layout {layout!r}, "
-                         f"got {n_local!r}")
+    if not (isinstance(n_local, int) and n_local >= 0) or n_local % per_rank:
+        raise ValueError(
+            f"n_local must be an int >= 0 and a multiple of {per_rank} for layout "
+            f"{layout!r}, "
+            f"got {n_local!r}"
+        )
     chunks = _chunks_of(rank, world_size, layout)
     size = n_local // len(chunks)
     return torch.cat([torch.arange(c * size, (c + 1) * size) for c in chunks])
 
 
-def shard_sequence(x: torch.Tensor, rank: int, world_size: int, layout: str = "contiguous", dim: int = -2) -> torch.Tensor:
+def shard_sequence(
+    x: torch.Tensor,
+    rank: int,
+    world_size: int,
+    layout: str = "contiguous",
+    dim: int = -2,
+) -> torch.Tensor:
     """The part of a whole sequence ``x`` that ``rank`` holds under ``layout``."""
     _check_layout(layout)
     _check_rank(rank, world_size)
@@ -102,7 +124,9 @@ def shard_sequence(x: torch.Tensor, rank: int, world_size: int, layout: str = "c
     return torch.cat([pieces[c] for c in _chunks_of(rank, world_size, layout)], dim=dim)
 
 
-def unshard_sequence(shards: list[torch.Tensor], layout: str = "contiguous", dim: int = -2) -> torch.Tensor:
+def unshard_sequence(
+    shards: list[torch.Tensor], layout: str = "contiguous", dim: int = -2
+) -> torch.Tensor:
     """Inverse of ``shard_sequence``: the shards of ranks 0..P-1 back in order."""
     _check_layout(layout)
     _check_shard_list(shards, layout, dim)
@@ -116,14 +140,16 @@ def unshard_sequence(shards: list[torch.Tensor], layout: str = "contiguous", dim
     return torch.cat(chunks, dim=dim)
 
 
-def pad_to_multiple(x: torch.Tensor, multiple: int, dim: int = -2) -> tuple[torch.Tensor, torch.Tensor]:
+def pad_to_multiple(
+    x: torch.Tensor, multiple: int, dim: int = -2
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Zero-pad ``x`` along ``dim`` to a multiple of ``multiple``.
 
     Returns the padded tensor and a boolean ``(padded_length,)`` mask that is
-    True on real positions, to be used as (part of) ``key_padding_mask``.
+    True on real positions, to be used as (part of) ``key_mask``.
     """
     _check_dim(x, dim)
-    if isinstance(multiple, bool) or not isinstance(multiple, int) or multiple < 1:
+    if not (isinstance(multiple, int) and multiple >= 1):
         raise ValueError(f"multiple must be a positive int, got {multiple!r}")
     length = x.shape[dim]
     extra = -length % multiple
@@ -132,71 +158,111 @@ def pad_to_multiple(x: torch.Tensor, multiple: int, dim: int = -2) -> tuple[torc
     padded = torch.cat([x, x.new_zeros(shape)], dim=dim)
     real = torch.arange(length + extra, device=x.device) < length
     return padded, real
-# --8<-- [end:layout]
+# --8<-- [end:layout_face]
 
 
-# --8<-- [start:validate]
+# --8<-- [start:checks]
 def _check_layout(layout: str) -> None:
     if layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
 
 
-def _check_divisible(length: int, n_chunks: int, layout: str, world_size: int, what: str = "x along dim") -> None:
+def _check_divisible(
+    length: int, n_chunks: int, layout: str, world_size: int, what: str = "x along dim"
+) -> None:
     if length % n_chunks:
         raise ValueError(
-            f"the sequence length of {what} must be a multiple of {n_chunks} for layout "
-            f"{layout!r} on world_size {world_size} (pad it with pad_to_multiple first), got {length}"
+            f"the sequence length of {what} must be a multiple of {n_chunks} for "
+            "layout "
+            f"{layout!r} on world_size {world_size} (pad it with pad_to_multiple "
+            f"first), got {length}"
         )
 
 
 def _check_rank(rank: object, world_size: object) -> None:
-    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
+    if not (isinstance(world_size, int) and world_size >= 1):
         raise ValueError(f"world_size must be a positive int, got {world_size!r}")
-    if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < world_size:
-        raise ValueError(f"rank must be an int in [0, world_size={world_size}), got {rank!r}")
+    if not (isinstance(rank, int) and 0 <= rank < world_size):
+        raise ValueError(
+            f"rank must be an int in [0, world_size={world_size}), got {rank!r}"
+        )
 
 
 def _check_dim(x: object, dim: object) -> None:
     """Raise unless ``x`` is a tensor and ``dim`` one of its dimensions."""
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
-    if isinstance(dim, bool) or not isinstance(dim, int) or not -x.dim() <= dim < x.dim():
-        raise ValueError(f"dim must be an int in [-{x.dim()}, {x.dim()}) for x of shape {tuple(x.shape)}, got {dim!r}")
+    if not (isinstance(dim, int) and -x.dim() <= dim < x.dim()):
+        raise ValueError(
+            f"dim must be an int in [-{x.dim()}, {x.dim()}) for x of shape "
+            f"{tuple(x.shape)}, got {dim!r}"
+        )
 
 
 def _check_shard_list(shards: object, layout: str, dim: object) -> None:
-    """Raise unless ``shards`` are P tensors of one shape that ``unshard_sequence`` can put back."""
-    if not isinstance(shards, (list, tuple)) or not shards or not all(isinstance(t, torch.Tensor) for t in shards) \
-            or len({tuple(t.shape) for t in shards}) != 1:
-        got = [tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__ for t in shards] \
-            if isinstance(shards, (list, tuple)) else type(shards).__name__
-        raise ValueError(f"shards must be a non-empty list of tensors of one shape, one per rank, got {got}")
+    """``shards`` must be P tensors of one shape that ``unshard_sequence`` can join."""
+    if (
+        not isinstance(shards, (list, tuple))
+        or not shards
+        or not all(isinstance(t, torch.Tensor) for t in shards)
+        or len({tuple(t.shape) for t in shards}) != 1
+    ):
+        got = (
+            [
+                tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
+                for t in shards
+            ]
+            if isinstance(shards, (list, tuple))
+            else type(shards).__name__
+        )
+        raise ValueError(
+            "shards must be a non-empty list of tensors of one shape, one per rank, "
+            f"got {got}"
+        )
     _check_dim(shards[0], dim)
     if layout == "zigzag" and shards[0].shape[dim] % 2:
-        raise ValueError(f"a zigzag shard holds two equal chunks, so shards must have an even length along dim, "
-                         f"got {shards[0].shape[dim]}")
+        raise ValueError(
+            "a zigzag shard holds two equal chunks, so shards must have an even "
+            "length along dim, "
+            f"got {shards[0].shape[dim]}"
+        )
 
 
 def _check_merge(m, l, o, scores, v) -> None:
-    """Raise unless the running (m, l, o), a block of scores and its values fit together."""
+    """The running (m, l, o), a block of scores and its values must fit together."""
     named = (("m", m), ("l", l), ("o", o), ("scores", scores), ("v", v))
     for name, t in named:
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
         if not t.is_floating_point() or t.dim() < 2:
-            raise ValueError(f"{name} must be a floating tensor of at least 2 dimensions, "
-                             f"got dtype {t.dtype} and shape {tuple(t.shape)}")
+            raise ValueError(
+                f"{name} must be a floating tensor of at least 2 dimensions, "
+                f"got dtype {t.dtype} and shape {tuple(t.shape)}"
+            )
     if len({t.dtype for _, t in named}) != 1:
-        raise TypeError(f"m, l, o, scores and v must share one dtype, got {[str(t.dtype) for _, t in named]}")
+        raise TypeError(
+            "m, l, o, scores and v must share one dtype, got "
+            f"{[str(t.dtype) for _, t in named]}"
+        )
     if len({t.device for _, t in named}) != 1:
-        raise ValueError(f"m, l, o, scores and v must be on one device, got {[str(t.device) for _, t in named]}")
+        raise ValueError(
+            "m, l, o, scores and v must be on one device, got "
+            f"{[str(t.device) for _, t in named]}"
+        )
     *lead, n, b = scores.shape
     d = o.shape[-1]
-    for name, t, want in (("m", m, (*lead, n, 1)), ("l", l, (*lead, n, 1)), ("o", o, (*lead, n, d)),
-                          ("v", v, (*lead, b, d))):
+    for name, t, want in (
+        ("m", m, (*lead, n, 1)),
+        ("l", l, (*lead, n, 1)),
+        ("o", o, (*lead, n, d)),
+        ("v", v, (*lead, b, d)),
+    ):
         if tuple(t.shape) != want:
-            raise ValueError(f"{name} must have shape {want} to fit scores {tuple(scores.shape)} and o "
-                             f"{tuple(o.shape)}, got {tuple(t.shape)}")
+            raise ValueError(
+                f"{name} must have shape {want} to fit scores {tuple(scores.shape)} "
+                "and o "
+                f"{tuple(o.shape)}, got {tuple(t.shape)}"
+            )
 
 
 def _world(group) -> tuple[int, int]:
@@ -206,7 +272,9 @@ def _world(group) -> tuple[int, int]:
     return dist.get_rank(group), dist.get_world_size(group)
 
 
-def _check_shards(q, k, v, key_padding_mask, layout, world_size, is_causal=False, scale=None) -> None:
+def _check_shards(
+    q, k, v, key_mask, layout, world_size, is_causal=False, scale=None
+) -> None:
     _check_layout(layout)
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):
@@ -216,44 +284,62 @@ def _check_shards(q, k, v, key_padding_mask, layout, world_size, is_causal=False
                 f"{name} must be a floating (B, H, n, d) shard, got dtype {t.dtype} "
                 f"and shape {tuple(t.shape)}"
             )
-    if q.shape[:3] != k.shape[:3] or k.shape[:3] != v.shape[:3] or q.shape[-1] != k.shape[-1]:
+    h, h_kv = q.shape[1], k.shape[1]
+    if (
+        (q.shape[0], q.shape[2]) != (k.shape[0], k.shape[2])
+        or k.shape[:3] != v.shape[:3]
+        or q.shape[-1] != k.shape[-1]
+        or h % h_kv
+    ):
         raise ValueError(
-            "q, k and v must be self-attention shards with the same (B, H, n) and q, k "
-            f"the same d, got q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
+            "q, k and v must be self-attention shards (B, H, n, d), (B, H_kv, n, d) "
+            "and "
+            "(B, H_kv, n, d_v) with H a multiple of H_kv, got "
+            f"q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
         )
     if k.dtype != q.dtype or v.dtype != q.dtype:
-        raise TypeError(f"q, k and v must share one dtype, got {q.dtype}, {k.dtype} and {v.dtype}")
+        raise TypeError(
+            f"q, k and v must share one dtype, got {q.dtype}, {k.dtype} and {v.dtype}"
+        )
     if k.device != q.device or v.device != q.device:
-        raise ValueError(f"q, k and v must be on one device, got {q.device}, {k.device} and {v.device}")
+        raise ValueError(
+            f"q, k and v must be on one device, got {q.device}, {k.device} and "
+            f"{v.device}"
+        )
     if layout == "zigzag" and q.shape[2] % 2:
-        raise ValueError(f"a zigzag shard holds two equal chunks, so n must be even, got n = {q.shape[2]}")
-    if key_padding_mask is not None:
-        if not isinstance(key_padding_mask, torch.Tensor):
-            raise TypeError(f"key_padding_mask must be a torch.Tensor or None, got {type(key_padding_mask).__name__}")
-        if key_padding_mask.dtype != torch.bool or tuple(key_padding_mask.shape) != (q.shape[0], q.shape[2]):
-            raise ValueError(
-                f"key_padding_mask must be a bool (B, n) = {(q.shape[0], q.shape[2])} shard, got "
-                f"dtype {key_padding_mask.dtype} and shape {tuple(key_padding_mask.shape)}"
+        raise ValueError(
+            "a zigzag shard holds two equal chunks, so n must be even, got n = "
+            f"{q.shape[2]}"
+        )
+    if key_mask is not None:
+        if not isinstance(key_mask, torch.Tensor):
+            raise TypeError(
+                "key_mask must be a torch.Tensor or None, got "
+                f"{type(key_mask).__name__}"
             )
-        if key_padding_mask.device != q.device:
-            raise ValueError(f"key_padding_mask must be on the device of q {q.device}, got {key_padding_mask.device}")
-    if not isinstance(is_causal, bool):
-        raise TypeError(f"is_causal must be a bool, got {is_causal!r}")
-    if scale is not None and (isinstance(scale, bool) or not isinstance(scale, (int, float))
-                              or not (math.isfinite(scale) and scale > 0)):
-        raise ValueError(f"scale must be a positive finite float or None, got {scale!r}")
-# --8<-- [end:validate]
+        if key_mask.dtype != torch.bool or tuple(key_mask.shape) != (
+            q.shape[0],
+            q.shape[2],
+        ):
+            raise ValueError(
+                f"key_mask must be a bool (B, n) = {(q.shape[0], q.shape[2])} shard, "
+                "got "
+                f"dtype {key_mask.dtype} and shape {tuple(key_mask.shape)}"
+            )
+        if key_mask.device != q.device:
+            raise ValueError(
+                f"key_mask must be on the device of q {q.device}, got {key_mask.device}"
+            )
+    if scale is not None and not (math.isfinite(scale) and scale > 0):
+        raise ValueError(
+            f"scale must be a positive finite float or None, got {scale!r}"
+        )
+# --8<-- [end:checks]
 
 
 # --8<-- [start:merge]
-def merge_block(m, l, o, scores, v):
-    """Fold one block of scores into the running (max m, sum l, output o).
-
-    ``scores`` is ``(..., n, b)`` with -inf where a key is masked, ``v`` is
-    ``(..., b, d)``; ``m`` and ``l`` are ``(..., n, 1)``, ``o`` is ``(..., n, d)``
-    and unnormalised. The final output is ``o / l``.
-    """
-    _check_merge(m, l, o, scores, v)
+def online_softmax_merge(m, l, o, scores, v):
+    """Fold a block of scores into the running (max m, sum l, unnormalised output o)."""
     m_new = torch.maximum(m, scores.amax(dim=-1, keepdim=True))  # (..., n, 1)
     m_safe = torch.where(torch.isneginf(m_new), 0.0, m_new)  # no -inf - -inf = NaN
     alpha = torch.exp(m - m_safe)  # re-measure what we have against the new max
@@ -264,14 +350,47 @@ def merge_block(m, l, o, scores, v):
 # --8<-- [end:merge]
 
 
+# --8<-- [start:merge_face]
+def merge_block(m, l, o, scores, v):
+    """Fold one block of scores into the running (max m, sum l, output o).
+
+    Args:
+        m, l: the running max and sum, ``(..., n, 1)``.
+        o: the running unnormalised output, ``(..., n, d)``.
+        scores: ``(..., n, b)``, -inf where a key is masked.
+        v: the block's values, ``(..., b, d)``.
+
+    Returns:
+        The new ``(m, l, o)``; the final output is ``o / l``.
+    """
+    _check_merge(m, l, o, scores, v)
+    return online_softmax_merge(m, l, o, scores, v)
+# --8<-- [end:merge_face]
+
+
 def _visible(q_pos: torch.Tensor, k_pos: torch.Tensor, is_causal: bool) -> bool:
     """Whether any query in q_pos may see any key in k_pos (else skip the tile)."""
     return not is_causal or bool(k_pos.min() <= q_pos.max())
 
 
+def _repeat_kv(x, h):
+    """(B, H_kv, b, d) -> (B, H, b, d): query head i reads head i // (H / H_kv)."""
+    return x.repeat_interleave(h // x.shape[1], dim=1)
+
+
+def _fold_kv(grad, h_kv):
+    """(B, H, b, d) -> (B, H_kv, b, d): a shared head's gradient sums its group's."""
+    return grad.unflatten(1, (h_kv, -1)).sum(dim=2)
+
+
 def _tile_scores(q, k, q_pos, k_pos, key_mask, is_causal, scale):
-    scores = (q @ k.transpose(-2, -1)) * scale  # (B, H, n, d) @ (B, H, d, b) -> (B, H, n, b)
-    allowed = torch.ones(q_pos.numel(), k_pos.numel(), dtype=torch.bool, device=q.device)
+    k = _repeat_kv(k, q.shape[1])  # (B, H, b, d): only this tile, after the transfer
+    scores = (
+        q @ k.transpose(-2, -1)
+    ) * scale  # (B, H, n, d) @ (B, H, d, b) -> (B, H, n, b)
+    allowed = torch.ones(
+        q_pos.numel(), k_pos.numel(), dtype=torch.bool, device=q.device
+    )
     if is_causal:
         allowed = k_pos[None, :].to(q.device) <= q_pos[:, None].to(q.device)  # (n, b)
     if key_mask is not None:
@@ -286,25 +405,30 @@ def _tiles(n_local: int, rank: int, src: int, world_size: int, layout: str):
     size = n_local // len(_chunks_of(rank, world_size, layout))
     for qs in range(0, n_local, size):
         for ks in range(0, n_local, size):
-            yield slice(qs, qs + size), slice(ks, ks + size), q_pos[qs : qs + size], k_pos[ks : ks + size]
+            yield (
+                slice(qs, qs + size),
+                slice(ks, ks + size),
+                q_pos[qs : qs + size],
+                k_pos[ks : ks + size],
+            )
 
 
 # --8<-- [start:ring_step]
-def _ring_step_forward(state, q, k, v, key_mask, rank, src, world_size, layout, is_causal, scale, work):
-    """Merge the key/value block that came from rank ``src`` into ``state``.
-
-    The block is cut into the layout's chunks; a chunk pair that the causal
-    mask hides entirely is skipped (that is the work zigzag balances).
-    """
+def _ring_step_forward(
+    state, q, k, v, key_mask, rank, src, world_size, layout, is_causal, scale, work
+):
+    """Merge rank src's key/value block, tile by tile; skip tiles the mask hides."""
     m, l, o = state
     for qs, ks, q_pos, k_pos in _tiles(q.shape[2], rank, src, world_size, layout):
         if not _visible(q_pos, k_pos, is_causal):
             continue
         km = None if key_mask is None else key_mask[:, ks]
-        scores = _tile_scores(q[:, :, qs], k[:, :, ks], q_pos, k_pos, km, is_causal, scale)
-        m[:, :, qs], l[:, :, qs], o[:, :, qs] = merge_block(
-            m[:, :, qs], l[:, :, qs], o[:, :, qs], scores, v[:, :, ks]
-        )
+        scores = _tile_scores(q[:, :, qs], k[:, :, ks], q_pos, k_pos, km, is_causal,
+                              scale)
+        v_tile = _repeat_kv(v[:, :, ks], q.shape[1])  # (B, H, b, d)
+        run = (m[:, :, qs], l[:, :, qs], o[:, :, qs])
+        merged = online_softmax_merge(*run, scores, v_tile)
+        m[:, :, qs], l[:, :, qs], o[:, :, qs] = merged
         work.append(q_pos.numel() * k_pos.numel())
 # --8<-- [end:ring_step]
 
@@ -331,13 +455,14 @@ def _peer(group, group_rank: int) -> int:
 
 def _peer_failure(rank: int, step: int, error: Exception) -> PeerTimeoutError:
     return PeerTimeoutError(
-        f"rank {rank}: ring step {step} received no block from its neighbour within the "
+        f"rank {rank}: ring step {step} received no block from its neighbour within "
+        "the "
         f"process group's timeout (did a rank die or hang?): {error}"
     )
 
 
 def _start_pass(tensors, rank, world_size, group, step, send_offset=1):
-    """Send ``tensors`` to the next rank and receive the previous rank's, in the background."""
+    """Send ``tensors`` to the next rank, receive the previous rank's, in background."""
     send_to = _peer(group, (rank + send_offset) % world_size)
     recv_from = _peer(group, (rank - send_offset) % world_size)
     received = [torch.empty_like(t) for t in tensors]
@@ -356,13 +481,12 @@ def _finish_pass(requests, received, rank, step):
     except RuntimeError as error:
         raise _peer_failure(rank, step, error) from error
     return received
-
-
 # --8<-- [end:ring_pass]
 
 
 # --8<-- [start:ring_forward]
 def _ring_forward(q, k, v, key_mask, is_causal, scale, layout, group, work):
+    """P steps: pass the block on, merge the one in hand, wait for the next."""
     rank, world_size = _world(group)
     state = _new_state(q, v)
     block = [k, v] + ([] if key_mask is None else [key_mask.to(torch.uint8)])
@@ -371,15 +495,33 @@ def _ring_forward(q, k, v, key_mask, is_causal, scale, layout, group, work):
             pending = _start_pass(block, rank, world_size, group, step)
         src = (rank - step) % world_size  # whose block we hold now
         mask = None if key_mask is None else block[2].bool()
-        _ring_step_forward(state, q, block[0], block[1], mask, rank, src, world_size, layout, is_causal, scale, work)
+        args = (rank, src, world_size, layout, is_causal, scale, work)
+        _ring_step_forward(state, q, block[0], block[1], mask, *args)
         if step < world_size - 1:
             block = _finish_pass(*pending, rank, step)
     return _finish(state)
 # --8<-- [end:ring_forward]
 
 
+# --8<-- [start:tile_backward]
+def _tile_backward(scores, q, k, v, grad_out, delta, lse, scale):
+    """dq, dk, dv of one tile from the forward's log-sum-exp: P = exp(S - L)."""
+    h, h_kv = q.shape[1], k.shape[1]
+    p = torch.exp(scores - lse)  # the forward's weights, (B, H, n, b)
+    dp = grad_out @ _repeat_kv(v, h).transpose(-2, -1)  # (B, H, n, b)
+    ds = p * (dp - delta) * scale  # softmax backward, times the scale
+    dq = ds @ _repeat_kv(k, h)  # (B, H, n, b) @ (B, H, b, d)
+    # (B, H, b, n) @ (B, H, n, d), summed over each key/value head's group
+    dk = _fold_kv(ds.transpose(-2, -1) @ q, h_kv)
+    dv = _fold_kv(p.transpose(-2, -1) @ grad_out, h_kv)
+    return dq, dk, dv
+# --8<-- [end:tile_backward]
+
+
 # --8<-- [start:ring_backward]
-def _ring_backward(grad_out, q, k, v, key_mask, out, lse, is_causal, scale, layout, group):
+def _ring_backward(
+    grad_out, q, k, v, key_mask, out, lse, is_causal, scale, layout, group
+):
     """dq stays home; (k, v, mask, dk, dv) travel the ring and come back home."""
     rank, world_size = _world(group)
     delta = (grad_out * out).sum(dim=-1, keepdim=True)  # (B, H, n, 1): rowsum(dO * O)
@@ -396,16 +538,27 @@ def _ring_backward(grad_out, q, k, v, key_mask, out, lse, is_causal, scale, layo
             if not _visible(q_pos, k_pos, is_causal):
                 continue
             km = None if mask is None else mask[:, ks]
-            scores = _tile_scores(q[:, :, qs], kb[:, :, ks], q_pos, k_pos, km, is_causal, scale)
-            p = torch.exp(scores - lse_safe[:, :, qs])  # the forward's weights, (B, H, n, b)
-            dv[:, :, ks] += p.transpose(-2, -1) @ grad_out[:, :, qs]  # (B, H, b, n) @ (B, H, n, d)
-            dp = grad_out[:, :, qs] @ vb[:, :, ks].transpose(-2, -1)  # (B, H, n, b)
-            ds = p * (dp - delta[:, :, qs]) * scale  # softmax backward, times the scale
-            dq[:, :, qs] += ds @ kb[:, :, ks]  # (B, H, n, b) @ (B, H, b, d)
-            dk[:, :, ks] += ds.transpose(-2, -1) @ q[:, :, qs]  # (B, H, b, n) @ (B, H, n, d)
+            scores = _tile_scores(
+                q[:, :, qs], kb[:, :, ks], q_pos, k_pos, km, is_causal, scale
+            )
+            grads = _tile_backward(
+                scores,
+                q[:, :, qs],
+                kb[:, :, ks],
+                vb[:, :, ks],
+                grad_out[:, :, qs],
+                delta[:, :, qs],
+                lse_safe[:, :, qs],
+                scale,
+            )
+            dq[:, :, qs] += grads[0]
+            dk[:, :, ks] += grads[1]
+            dv[:, :, ks] += grads[2]
         if world_size > 1:  # after the last step only dk, dv move: one hop home
             moving = block if step < world_size - 1 else [dk, dv]
-            received = _finish_pass(*_start_pass(moving, rank, world_size, group, step), rank, step)
+            received = _finish_pass(
+                *_start_pass(moving, rank, world_size, group, step), rank, step
+            )
             block = received if step < world_size - 1 else [None, None, *received]
     return dq, block[2], block[3]
 
@@ -413,7 +566,9 @@ def _ring_backward(grad_out, q, k, v, key_mask, out, lse, is_causal, scale, layo
 class _RingAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, key_mask, is_causal, scale, layout, group, work):
-        out, lse = _ring_forward(q, k, v, key_mask, is_causal, scale, layout, group, work)
+        out, lse = _ring_forward(
+            q, k, v, key_mask, is_causal, scale, layout, group, work
+        )
         ctx.save_for_backward(q, k, v, out, lse)
         ctx.key_mask, ctx.args = key_mask, (is_causal, scale, layout, group)
         return out
@@ -421,7 +576,9 @@ class _RingAttention(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_out):
         q, k, v, out, lse = ctx.saved_tensors
-        dq, dk, dv = _ring_backward(grad_out.contiguous(), q, k, v, ctx.key_mask, out, lse, *ctx.args)
+        dq, dk, dv = _ring_backward(
+            grad_out.contiguous(), q, k, v, ctx.key_mask, out, lse, *ctx.args
+        )
         return dq, dk, dv, None, None, None, None, None, None
 # --8<-- [end:ring_backward]
 
@@ -432,7 +589,7 @@ def ring_attention(
     k: torch.Tensor,
     v: torch.Tensor,
     *,
-    key_padding_mask: torch.Tensor | None = None,
+    key_mask: torch.Tensor | None = None,
     is_causal: bool = False,
     layout: str = "contiguous",
     scale: float | None = None,
@@ -444,7 +601,7 @@ def ring_attention(
     Args:
         q, k, v: this rank's shard, ``(B, H, n, d)`` with ``n = N / P``, cut
             from the whole sequence by ``shard_sequence(x, rank, P, layout)``.
-        key_padding_mask: this rank's shard of a bool ``(B, N)`` mask, True =
+        key_mask: this rank's shard of a bool ``(B, N)`` mask, True =
             real key; ``None`` lets every key be attended.
         is_causal: causal self-attention over global positions.
         layout: ``"contiguous"`` or ``"zigzag"``.
@@ -457,10 +614,10 @@ def ring_attention(
         This rank's shard of the output, ``(B, H, n, d)``.
     """
     rank, world_size = _world(group)
-    _check_shards(q, k, v, key_padding_mask, layout, world_size, is_causal, scale)
+    _check_shards(q, k, v, key_mask, layout, world_size, is_causal, scale)
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     return _RingAttention.apply(
-        q, k, v, key_padding_mask, is_causal, scale, layout, group, [] if work is None else work
+        q, k, v, key_mask, is_causal, scale, layout, group, [] if work is None else work
     )
 # --8<-- [end:ring]
 
@@ -471,7 +628,7 @@ def simulate_ring_attention(
     v: torch.Tensor,
     world_size: int,
     *,
-    key_padding_mask: torch.Tensor | None = None,
+    key_mask: torch.Tensor | None = None,
     is_causal: bool = False,
     layout: str = "contiguous",
 ) -> tuple[torch.Tensor, list[int]]:
@@ -481,12 +638,21 @@ def simulate_ring_attention(
     ring order, with the same step function as ``ring_attention``. Returns the
     whole output ``(B, H, N, d)`` and the score entries each rank computed.
     """
-    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
-        raise ValueError(f"world_size must be a positive int, got {world_size!r}")
-    _check_shards(q, k, v, key_padding_mask, layout, world_size, is_causal)
-    _check_divisible(q.shape[2], world_size * (1 if layout == "contiguous" else 2), layout, world_size, "q, k and v")
+    _check_rank(0, world_size)
+    _check_shards(q, k, v, key_mask, layout, world_size, is_causal)
+    _check_divisible(
+        q.shape[2],
+        world_size * (1 if layout == "contiguous" else 2),
+        layout,
+        world_size,
+        "q, k and v",
+    )
     shard = lambda x, r: shard_sequence(x, r, world_size, layout, dim=2)  # noqa: E731
-    mask_shard = lambda r: None if key_padding_mask is None else shard_sequence(key_padding_mask, r, world_size, layout, dim=1)  # noqa: E731
+    mask_shard = lambda r: (
+        None
+        if key_mask is None
+        else shard_sequence(key_mask, r, world_size, layout, dim=1)
+    )  # noqa: E731
     scale = 1.0 / math.sqrt(q.shape[-1])
     outs, work = [], []
     for rank in range(world_size):
@@ -494,22 +660,38 @@ def simulate_ring_attention(
         state = _new_state(q_local, v)
         for step in range(world_size):
             src = (rank - step) % world_size
-            _ring_step_forward(state, q_local, shard(k, src), shard(v, src), mask_shard(src),
-                               rank, src, world_size, layout, is_causal, scale, tiles)
+            _ring_step_forward(
+                state,
+                q_local,
+                shard(k, src),
+                shard(v, src),
+                mask_shard(src),
+                rank,
+                src,
+                world_size,
+                layout,
+                is_causal,
+                scale,
+                tiles,
+            )
         outs.append(_finish(state)[0])
         work.append(sum(tiles))
     return unshard_sequence(outs, layout, dim=2), work
 
 
 def causal_work_per_rank(n: int, world_size: int, layout: str) -> list[int]:
-    """Score entries each rank computes under a causal mask (tiles fully hidden are skipped)."""
+    """Score entries each rank computes under a causal mask (hidden tiles skipped)."""
     _check_layout(layout)
     _check_rank(0, world_size)
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+    if not (isinstance(n, int) and n >= 1):
         raise ValueError(f"n must be a positive int, got {n!r}")
-    _check_divisible(n, world_size * (1 if layout == "contiguous" else 2), layout, world_size, "n")
+    _check_divisible(
+        n, world_size * (1 if layout == "contiguous" else 2), layout, world_size, "n"
+    )
     x = torch.zeros(1, 1, n, 1)
-    return simulate_ring_attention(x, x, x, world_size, is_causal=True, layout=layout)[1]
+    return simulate_ring_attention(x, x, x, world_size, is_causal=True, layout=layout)[
+        1
+    ]
 
 
 # --8<-- [start:local_attention]
@@ -520,8 +702,11 @@ def _local_attention(q, k, v, q_pos, k_pos, key_mask, is_causal, scale):
         allowed = k_pos[None, :].to(q.device) <= q_pos[:, None].to(q.device)  # (n, N)
     if key_mask is not None:
         allowed = allowed & key_mask[:, None, None, :]  # (B, 1, n, N)
+    k, v = _repeat_kv(k, q.shape[1]), _repeat_kv(v, q.shape[1])  # GQA: as enable_gqa
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, scale=scale)
-    return out.masked_fill(~allowed.any(dim=-1, keepdim=True), 0.0)  # SDPA may not zero them
+    return out.masked_fill(
+        ~allowed.any(dim=-1, keepdim=True), 0.0
+    )  # SDPA may not zero them
 # --8<-- [end:local_attention]
 
 
@@ -544,7 +729,9 @@ class _AllToAll(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, group):
         ctx.group = group
-        x = x.contiguous()  # empty_like keeps a permuted tensor's strides: fix them first
+        x = (
+            x.contiguous()
+        )  # empty_like keeps a permuted tensor's strides: fix them first
         out = torch.empty_like(x)
         dist.all_to_all_single(out, x, group=group)
         return out
@@ -575,11 +762,13 @@ class _AllGather(torch.autograd.Function):
 # --8<-- [end:collectives]
 
 
-# --8<-- [start:ulysses]
+# --8<-- [start:heads_exchange]
 def _seq_to_heads(x: torch.Tensor, world_size: int, group) -> torch.Tensor:
     """(..., B, H, n, d) sequence shard -> (..., B, H/P, N, d) head shard."""
     *lead, b, h, n, d = x.shape
-    x = x.reshape(*lead, b, world_size, h // world_size, n, d).movedim(-4, 0)  # (P, ..., B, H/P, n, d)
+    x = x.reshape(*lead, b, world_size, h // world_size, n, d).movedim(
+        -4, 0
+    )  # (P, ..., B, H/P, n, d)
     x = _AllToAll.apply(x, group)  # piece j now holds rank j's tokens of our heads
     return x.movedim(0, -3).reshape(*lead, b, h // world_size, world_size * n, d)
 
@@ -587,45 +776,71 @@ def _seq_to_heads(x: torch.Tensor, world_size: int, group) -> torch.Tensor:
 def _heads_to_seq(x: torch.Tensor, world_size: int, group) -> torch.Tensor:
     """(B, H/P, N, d) head shard -> (B, H, n, d) sequence shard."""
     b, h_local, n_total, d = x.shape
-    x = x.reshape(b, h_local, world_size, n_total // world_size, d).movedim(2, 0)  # (P, B, H/P, n, d)
+    x = x.reshape(b, h_local, world_size, n_total // world_size, d).movedim(
+        2, 0
+    )  # (P, B, H/P, n, d)
     x = _AllToAll.apply(x, group)  # piece j now holds our tokens of rank j's heads
     return x.movedim(0, 1).reshape(b, world_size * h_local, n_total // world_size, d)
+# --8<-- [end:heads_exchange]
 
 
+# --8<-- [start:ulysses]
 def ulysses_attention(
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
     *,
-    key_padding_mask: torch.Tensor | None = None,
+    key_mask: torch.Tensor | None = None,
     is_causal: bool = False,
     scale: float | None = None,
     group: dist.ProcessGroup | None = None,
 ) -> torch.Tensor:
     """All-to-all from sequence shards to head shards, attention, and back.
 
-    Takes and returns contiguous sequence shards ``(B, H, n, d)``; in between
-    each rank holds ``(B, H/P, N, d)``. ``H`` must be a multiple of ``P``.
+    Takes and returns contiguous sequence shards ``(B, H, n, d)`` (k and v
+    ``(B, H_kv, n, d)``); in between each rank holds ``H/P`` query heads and
+    ``H_kv/P`` key/value heads of all N tokens, so P must divide ``H_kv``.
     """
     rank, world_size = _world(group)
-    _check_shards(q, k, v, key_padding_mask, "contiguous", world_size, is_causal, scale)
-    n_heads = q.shape[1]
-    if n_heads % world_size:
+    _check_shards(q, k, v, key_mask, "contiguous", world_size, is_causal, scale)
+    h, h_kv = q.shape[1], k.shape[1]
+    if h_kv % world_size:
         raise ValueError(
-            f"ulysses_attention splits heads across ranks: n_heads = {n_heads} must be a "
-            f"multiple of world_size = {world_size}"
+            f"ulysses_attention splits heads across ranks: n_kv_heads = {h_kv} (and "
+            f"n_heads = {h}) must be a multiple of world_size = {world_size}; "
+            "replicate the key/value heads to go further"
+        )
+    if world_size > 1 and v.shape[-1] != q.shape[-1]:
+        raise ValueError(
+            f"ulysses_attention sends q, k and v in one all-to-all, so v's width "
+            f"must equal q's {q.shape[-1]}, got {v.shape[-1]}"
         )
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     if world_size == 1:
-        return _local_attention(q, k, v, torch.arange(q.shape[2]), torch.arange(q.shape[2]),
-                                key_padding_mask, is_causal, scale)
+        return _local_attention(
+            q,
+            k,
+            v,
+            torch.arange(q.shape[2]),
+            torch.arange(q.shape[2]),
+            key_mask,
+            is_causal,
+            scale,
+        )
     # One collective for q, k and v: separate ones could run their backward
     # passes in a different order on different ranks and swap gradients.
-    q, k, v = _seq_to_heads(torch.stack([q, k, v]), world_size, group)  # 3 x (B, H/P, N, d)
-    mask = _gather_mask(key_padding_mask, world_size, group)
+    # Rank j's heads of q, k and v side by side: (B, P, H/P + 2 H_kv/P, n, d)
+    parts = torch.cat([t.unflatten(1, (world_size, -1)) for t in (q, k, v)], dim=2)
+    x = _seq_to_heads(
+        parts.flatten(1, 2), world_size, group
+    )  # (B, (H + 2 H_kv)/P, N, d)
+    q, k, v = x.split([h // world_size, h_kv // world_size, h_kv // world_size], dim=1)
+    mask = _gather_mask(key_mask, world_size, group)
     mask = None if mask is None else torch.cat(mask, dim=1)  # (B, N)
     positions = torch.arange(q.shape[2])
-    out = _local_attention(q, k, v, positions, positions, mask, is_causal, scale)  # (B, H/P, N, d)
+    out = _local_attention(
+        q, k, v, positions, positions, mask, is_causal, scale
+    )  # (B, H/P, N, d)
     return _heads_to_seq(out, world_size, group)  # (B, H, n, d)
 # --8<-- [end:ulysses]
 
@@ -636,7 +851,7 @@ def allgather_kv_attention(
     k: torch.Tensor,
     v: torch.Tensor,
     *,
-    key_padding_mask: torch.Tensor | None = None,
+    key_mask: torch.Tensor | None = None,
     is_causal: bool = False,
     layout: str = "contiguous",
     scale: float | None = None,
@@ -648,14 +863,20 @@ def allgather_kv_attention(
     back onto the rank that owns it.
     """
     rank, world_size = _world(group)
-    _check_shards(q, k, v, key_padding_mask, layout, world_size, is_causal, scale)
+    _check_shards(q, k, v, key_mask, layout, world_size, is_causal, scale)
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
-    mask = key_padding_mask
+    mask = key_mask
     if world_size > 1:
-        kv = _AllGather.apply(torch.stack([k, v]), group)  # (P, 2, B, H, n, d), one collective
+        kv = _AllGather.apply(
+            torch.stack([k, v]), group
+        )  # (P, 2, B, H, n, d), one collective
         k, v = unshard_sequence(list(kv.unbind(0)), layout, dim=-2)  # 2 x (B, H, N, d)
-        masks = _gather_mask(key_padding_mask, world_size, group)
-        mask = None if masks is None else unshard_sequence(masks, layout, dim=1)  # (B, N)
+        masks = _gather_mask(key_mask, world_size, group)
+        mask = (
+            None if masks is None else unshard_sequence(masks, layout, dim=1)
+        )  # (B, N)
     q_pos = shard_positions(q.shape[2], rank, world_size, layout)
-    return _local_attention(q, k, v, q_pos, torch.arange(k.shape[2]), mask, is_causal, scale)
+    return _local_attention(
+        q, k, v, q_pos, torch.arange(k.shape[2]), mask, is_causal, scale
+    )
 # --8<-- [end:allgather]

@@ -1,1 +1,2 @@
-"""Beyond dense softmax: gated and delta-rule linear attention, state-space duality, sparse attention and hybrids."""
+"""Beyond dense softmax: gated and delta-rule linear attention, state-space duality,
+sparse attention and hybrids."""

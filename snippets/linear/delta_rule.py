@@ -25,91 +25,74 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.nn.functional as F
 
-__all__ = ["delta_rule_step", "delta_rule_recurrent", "delta_rule_parallel", "delta_rule_chunked"]
-
-
-# --8<-- [start:validate]
-def _check_delta(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, beta: torch.Tensor, g: torch.Tensor | None,
-    scale: float | None,
-) -> None:
-    """Raise a clear error unless q, k, v, beta, the log-decays g and the scale fit together."""
-    named = [("q", q), ("k", k), ("v", v), ("beta", beta)] + ([("g", g)] if g is not None else [])
-    for name, t in named:
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-        if not t.is_floating_point():
-            raise TypeError(f"{name} must have a floating dtype, got {t.dtype}")
-    if len({t.device for _, t in named}) != 1:
-        raise ValueError(f"q, k, v, beta (and g) must be on one device, got {[str(t.device) for _, t in named]}")
-    if len({t.dtype for _, t in named}) != 1:
-        raise TypeError(f"q, k, v, beta (and g) must share one dtype, got {[str(t.dtype) for _, t in named]}")
-    if q.dim() < 2 or q.shape != k.shape:
-        raise ValueError(f"q and k must have one shape (..., N, d_k), got q {tuple(q.shape)} and k {tuple(k.shape)}")
-    if v.shape[:-1] != k.shape[:-1]:
-        raise ValueError(f"v must be (..., N, d_v) with k's leading shape {tuple(k.shape[:-1])}, got {tuple(v.shape)}")
-    if beta.shape != k.shape[:-1]:
-        raise ValueError(f"beta must have shape (..., N) = {tuple(k.shape[:-1])}, got {tuple(beta.shape)}")
-    if g is not None:
-        if g.shape != k.shape[:-1]:
-            raise ValueError(f"g must have shape (..., N) = {tuple(k.shape[:-1])}, got {tuple(g.shape)}")
-        if (g > 0).any():
-            raise ValueError(f"g holds log-decays log(alpha) and must be <= 0, got a maximum of {g.max().item():.3g}")
-    _check_scale(scale)
-
-
-def _check_scale(scale: float | None) -> None:
-    if scale is not None and (
-        isinstance(scale, bool)
-        or not isinstance(scale, (int, float))
-        or not (math.isfinite(scale) and scale > 0)
-    ):
-        raise ValueError(f"scale must be a positive finite float or None, got {scale!r}")
-
-
-def _check_state(state: object, shape: tuple[int, ...], device: torch.device) -> None:
-    """Raise unless ``state`` is None or a floating tensor of ``shape`` on ``device``."""
-    if state is None:
-        return
-    if not isinstance(state, torch.Tensor) or not state.is_floating_point():
-        got = state.dtype if isinstance(state, torch.Tensor) else type(state).__name__
-        raise TypeError(f"state must be a floating tensor or None, got {got}")
-    if state.shape != shape:
-        raise ValueError(f"state must have shape {shape}, got {tuple(state.shape)}")
-    if state.device != device:
-        raise ValueError(f"state must be on the device of q {device}, got {state.device}")
-
-
-def _check_step_tensors(**tensors: object) -> None:
-    """Raise unless each one-token input is a tensor with at least one dimension."""
-    for name, t in tensors.items():
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-        if t.dim() < 1:
-            raise ValueError(f"{name} must have shape (B, H, ...) of one token, got {tuple(t.shape)}")
-
-
-def _check_delta_step(q, k, v, beta, g, state, scale) -> None:
-    """``_check_delta`` for one token: q, k ``(B, H, d_k)``, v ``(B, H, d_v)``, beta, g ``(B, H)``."""
-    _check_step_tensors(q=q, k=k, v=v, beta=beta, **({} if g is None else {"g": g}))
-    _check_delta(q.unsqueeze(-2), k.unsqueeze(-2), v.unsqueeze(-2), beta.unsqueeze(-1),
-                 None if g is None else g.unsqueeze(-1), scale)
-    _check_state(state, (*k.shape, v.shape[-1]), q.device)
-
-
-def _check_chunk_size(chunk_size: int) -> None:
-    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
-        raise ValueError(f"chunk_size must be a positive int, got {chunk_size!r}")
-
-
-def _accumulator(dtype: torch.dtype) -> torch.dtype:
-    """float32 for half-precision inputs: a long product of decays underflows float16."""
-    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
-# --8<-- [end:validate]
+__all__ = [
+    "delta_rule_step",
+    "delta_rule_recurrent",
+    "delta_rule_parallel",
+    "delta_rule_chunked",
+]
 
 
 # --8<-- [start:step]
+def delta_step(q, k, v, beta, g, state, scale):
+    """S = e^g S, S += beta k (v - S^T k)^T, o = scale S^T q: one token."""
+    state = g.exp()[..., None, None] * state  # (B, H, d_k, d_v); g = 0 for DeltaNet
+    read = (k.unsqueeze(-2) @ state).squeeze(-2)  # (B, H, d_v): what k_t reads now
+    # (B, H, d_k, 1) * (B, H, 1, d_v): replace a fraction beta_t of it by v_t
+    state = state + beta[..., None, None] * k.unsqueeze(-1) * (v - read).unsqueeze(-2)
+    return (q.unsqueeze(-2) @ state).squeeze(-2) * scale, state  # (B, H, d_v), state
+# --8<-- [end:step]
+
+
+# --8<-- [start:mask]
+def semiseparable(cum):
+    """L[t, s] = exp(cum_t - cum_s) = a_{s+1} ... a_t for s <= t, else 0."""
+    n = cum.shape[-1]
+    causal = torch.ones(n, n, dtype=torch.bool, device=cum.device).tril()
+    # (..., N, 1) - (..., 1, N) -> (..., N, N): a difference, never e^cum / e^cum
+    return torch.where(causal, cum.unsqueeze(-1) - cum.unsqueeze(-2), -math.inf).exp()
+# --8<-- [end:mask]
+
+
+# --8<-- [start:parallel]
+def delta_attention(q, k, v, beta, g, scale):
+    """o = scale (Q K^T o Gamma) U, where (I + L) U = diag(beta) V."""
+    gamma = semiseparable(g.cumsum(dim=-1))  # (B, H, N, N): alpha_{s+1} ... alpha_t
+    # L = strictly_lower(diag(beta) (K K^T o Gamma)), (B, H, N, N)
+    lower = (beta.unsqueeze(-1) * (k @ k.transpose(-2, -1)) * gamma).tril(-1)
+    eye = torch.eye(q.shape[-2], dtype=q.dtype, device=q.device)
+    u = torch.linalg.solve_triangular(eye + lower, beta.unsqueeze(-1) * v, upper=False)
+    return (
+        (q @ k.transpose(-2, -1)) * gamma * scale
+    ) @ u  # (B, H, N, N) @ (B, H, N, d_v)
+# --8<-- [end:parallel]
+
+
+# --8<-- [start:chunked]
+def delta_chunks(q, k, v, beta, g, scale, chunk):
+    """Per chunk: W and U by one triangular solve (the WY form), then the state."""
+    q, k, v = (t.unflatten(-2, (-1, chunk)) for t in (q, k, v))  # (B, H, n_c, C, .)
+    beta, b = beta.unflatten(-1, (-1, chunk)), g.unflatten(-1, (-1, chunk)).cumsum(-1)
+    gamma, solve = semiseparable(b), torch.linalg.solve_triangular  # (B, H, n_c, C, C)
+    lower = (beta.unsqueeze(-1) * (k @ k.transpose(-2, -1)) * gamma).tril(-1)
+    t_mat = torch.eye(chunk, dtype=q.dtype, device=q.device) + lower
+    w = solve(t_mat, (beta * b.exp()).unsqueeze(-1) * k, upper=False)  # (.., C, d_k)
+    u0 = solve(t_mat, beta.unsqueeze(-1) * v, upper=False)  # (B, H, n_c, C, d_v)
+    attn, decay = (q @ k.transpose(-2, -1)) * gamma, (b[..., -1:] - b).exp()[..., None]
+    state, outs = q.new_zeros(*q.shape[:2], q.shape[-1], v.shape[-1]), []
+    for j in range(q.shape[2]):  # n_c steps; u: what each token writes, given the state
+        u = u0[:, :, j] - w[:, :, j] @ state  # (B, H, C, d_v)
+        inter = (q[:, :, j] * b[:, :, j, :, None].exp()) @ state  # (B, H, C, d_v)
+        outs.append(inter + attn[:, :, j] @ u)
+        writes = (k[:, :, j] * decay[:, :, j]).transpose(-2, -1) @ u  # (B, H, d_k, d_v)
+        state = b[:, :, j, -1, None, None].exp() * state + writes
+    return torch.stack(outs, dim=2).flatten(2, 3) * scale  # (B, H, N, d_v)
+# --8<-- [end:chunked]
+
+
+# --8<-- [start:face]
 def delta_rule_step(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -120,149 +103,180 @@ def delta_rule_step(
     *,
     scale: float | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """One token of the (gated) delta rule.
-
-    S   = alpha_t S_{t-1}                    (Gated DeltaNet; alpha_t = exp(g_t), 1 for DeltaNet)
-    S  += beta_t k_t (v_t - S^T k_t)^T       (replace a fraction beta_t of what k_t reads)
-    out = scale * S^T q_t
+    """One token of the (gated) delta rule, for decoding.
 
     Args:
         q, k: ``(B, H, d_k)``; v: ``(B, H, d_v)``.
         beta: the writing strength, ``(B, H)``, usually in (0, 1).
-        g: log-decays ``(B, H)``, <= 0; ``None`` for DeltaNet.
+        g: log-decays ``(B, H)``, <= 0 (Gated DeltaNet); ``None`` for DeltaNet.
         state: ``(B, H, d_k, d_v)``, or ``None`` before the first token.
         scale: multiplies the output; ``d_k ** -0.5`` when ``None``.
 
     Returns:
-        ``(out, state)``: ``(B, H, d_v)`` and ``(B, H, d_k, d_v)``.
+        ``(out, state)``: ``(B, H, d_v)`` in q's dtype and the new state, kept
+        in float32 for half-precision inputs.
     """
-    _check_delta_step(q, k, v, beta, g, state, scale)
-    dtype, acc = q.dtype, _accumulator(q.dtype)
-    q, k, v, beta = (t.to(acc) for t in (q, k, v, beta))
-    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    _check_delta(q, k, v, beta, g, scale, state=state, step=True)
+    acc = _lin_accumulator(q.dtype)
     if state is None:
-        state = q.new_zeros((*k.shape, v.shape[-1]))  # (B, H, d_k, d_v)
-    state = state.to(acc)
-    if g is not None:
-        state = g.to(acc).exp()[..., None, None] * state  # (B, H, d_k, d_v)
-    read = (k.unsqueeze(-2) @ state).squeeze(-2)  # (B, H, 1, d_k) @ (B, H, d_k, d_v) -> (B, H, d_v)
-    state = state + beta[..., None, None] * k.unsqueeze(-1) * (v - read).unsqueeze(-2)  # (B, H, d_k, d_v)
-    out = (q.unsqueeze(-2) @ state).squeeze(-2) * scale  # (B, H, d_v)
-    return out.to(dtype), state
-# --8<-- [end:step]
+        state = torch.zeros(*k.shape, v.shape[-1], dtype=acc, device=q.device)
+    g = torch.zeros_like(beta) if g is None else g
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    out, state = delta_step(*(t.to(acc) for t in (q, k, v, beta, g, state)), scale)
+    return out.to(q.dtype), state
 
 
-def delta_rule_recurrent(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    beta: torch.Tensor,
-    g: torch.Tensor | None = None,
-    *,
-    scale: float | None = None,
-) -> torch.Tensor:
+def delta_rule_recurrent(q, k, v, beta, g=None, *, scale: float | None = None):
     """The step run over the whole sequence.
 
-    Shape:
-        q, k: ``(B, H, N, d_k)``; v: ``(B, H, N, d_v)``; beta, g: ``(B, H, N)``
-        -> ``(B, H, N, d_v)``.
+    Args:
+        q, k: ``(B, H, N, d_k)``; v: ``(B, H, N, d_v)``; beta, g: ``(B, H, N)``.
+        scale: as ``delta_rule_step``.
+
+    Returns:
+        ``(B, H, N, d_v)`` in q's dtype (float32 inside for half precision).
     """
     _check_delta(q, k, v, beta, g, scale)
-    state, outs = None, []
-    for t in range(q.shape[-2]):
-        g_t = None if g is None else g[..., t]
-        out, state = delta_rule_step(q[..., t, :], k[..., t, :], v[..., t, :], beta[..., t], g_t, state, scale=scale)
-        outs.append(out)
-    return torch.stack(outs, dim=-2)  # (B, H, N, d_v)
-
-
-def _decay_matrix(g: torch.Tensor) -> torch.Tensor:
-    """Gamma[t, s] = alpha_{s+1} ... alpha_t = exp(b_t - b_s) for s <= t, 0 above the diagonal."""
-    n = g.shape[-1]
-    b = g.cumsum(dim=-1)  # (..., N)
-    causal = torch.ones(n, n, dtype=torch.bool, device=g.device).tril()
-    return torch.where(causal, b.unsqueeze(-1) - b.unsqueeze(-2), float("-inf")).exp()  # (..., N, N)
-
-
-# --8<-- [start:parallel]
-def delta_rule_parallel(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    beta: torch.Tensor,
-    g: torch.Tensor | None = None,
-    *,
-    scale: float | None = None,
-) -> torch.Tensor:
-    """out = scale * (Q K^T * Gamma) U, with U = (I + L)^-1 diag(beta) V.
-
-    Unrolling the rule writes S_t = sum_{s <= t} Gamma[t, s] k_s u_s^T, where
-    u_t = beta_t (v_t - sum_{s < t} Gamma[t, s] (k_s . k_t) u_s): a lower
-    triangular system, L = strictly_lower(diag(beta) (K K^T * Gamma)). One
-    triangular solve gives every u; the output is then masked attention.
-
-    Shape:
-        q, k: ``(B, H, N, d_k)``; v: ``(B, H, N, d_v)``; beta, g: ``(B, H, N)``
-        -> ``(B, H, N, d_v)``.
-    """
-    _check_delta(q, k, v, beta, g, scale)
-    dtype, acc = q.dtype, _accumulator(q.dtype)
-    q, k, v, beta = (t.to(acc) for t in (q, k, v, beta))
+    acc = _lin_accumulator(q.dtype)
     scale = q.shape[-1] ** -0.5 if scale is None else scale
-    n = q.shape[-2]
-    gamma = _decay_matrix(torch.zeros_like(beta) if g is None else g.to(acc))  # (B, H, N, N)
-    lower = (beta.unsqueeze(-1) * (k @ k.transpose(-2, -1)) * gamma).tril(-1)  # (B, H, N, N)
-    eye = torch.eye(n, dtype=acc, device=q.device)
-    u = torch.linalg.solve_triangular(eye + lower, beta.unsqueeze(-1) * v, upper=False)  # (B, H, N, d_v)
-    a = (q @ k.transpose(-2, -1)) * gamma * scale  # (B, H, N, d_k) @ (B, H, d_k, N) -> (B, H, N, N)
-    return (a @ u).to(dtype)  # (B, H, N, N) @ (B, H, N, d_v) -> (B, H, N, d_v)
-# --8<-- [end:parallel]
-
-
-# --8<-- [start:chunked]
-def delta_rule_chunked(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    beta: torch.Tensor,
-    g: torch.Tensor | None = None,
-    *,
-    chunk_size: int = 64,
-    scale: float | None = None,
-) -> torch.Tensor:
-    """The parallel form inside chunks, the state carried between them (the WY form).
-
-    For a chunk with entering state S, local decays gamma_t = exp(b_t) and
-    T = I + strictly_lower(diag(beta) (K K^T * Gamma)):
-        W = T^-1 diag(beta * gamma) K,   U = T^-1 diag(beta) V,   u = U - W S
-        out   = scale * (diag(gamma) Q S + (Q K^T * Gamma) u)
-        S_new = gamma_last S + (K * gamma_last / gamma)^T u
-
-    Shape:
-        q, k: ``(B, H, N, d_k)``; v: ``(B, H, N, d_v)``; beta, g: ``(B, H, N)``
-        -> ``(B, H, N, d_v)``.
-    """
-    _check_delta(q, k, v, beta, g, scale)
-    _check_chunk_size(chunk_size)
-    dtype, acc = q.dtype, _accumulator(q.dtype)
-    q, k, v, beta = (t.to(acc) for t in (q, k, v, beta))
-    g = torch.zeros_like(beta) if g is None else g.to(acc)
-    scale = q.shape[-1] ** -0.5 if scale is None else scale
-    state = q.new_zeros((*q.shape[:-2], q.shape[-1], v.shape[-1]))  # (B, H, d_k, d_v)
+    g = torch.zeros_like(beta) if g is None else g
+    q_, k_, v_, beta_, g_ = (t.to(acc) for t in (q, k, v, beta, g))
+    state = torch.zeros(
+        *k.shape[:-2], k.shape[-1], v.shape[-1], dtype=acc, device=q.device
+    )
     outs = []
-    for start in range(0, q.shape[-2], chunk_size):
-        qc, kc, vc = (t[..., start : start + chunk_size, :] for t in (q, k, v))
-        bc, gc = beta[..., start : start + chunk_size], g[..., start : start + chunk_size]
-        c = qc.shape[-2]
-        b = gc.cumsum(dim=-1)  # (B, H, C): log-decay since the chunk's start
-        gamma = _decay_matrix(gc)  # (B, H, C, C)
-        t_mat = torch.eye(c, dtype=acc, device=q.device) + (bc.unsqueeze(-1) * (kc @ kc.transpose(-2, -1)) * gamma).tril(-1)
-        w = torch.linalg.solve_triangular(t_mat, (bc * b.exp()).unsqueeze(-1) * kc, upper=False)  # (B, H, C, d_k)
-        u = torch.linalg.solve_triangular(t_mat, bc.unsqueeze(-1) * vc, upper=False)  # (B, H, C, d_v)
-        u = u - w @ state  # (B, H, C, d_v): what each token writes, given the entering state
-        inter = (qc * b.exp().unsqueeze(-1)) @ state  # (B, H, C, d_k) @ (B, H, d_k, d_v) -> (B, H, C, d_v)
-        outs.append((inter + ((qc @ kc.transpose(-2, -1)) * gamma) @ u) * scale)  # (B, H, C, d_v)
-        b_last = b[..., -1:]  # (B, H, 1)
-        state = b_last.exp().unsqueeze(-1) * state + (kc * (b_last - b).exp().unsqueeze(-1)).transpose(-2, -1) @ u
-    return torch.cat(outs, dim=-2).to(dtype)  # (B, H, N, d_v)
-# --8<-- [end:chunked]
+    for t in range(q.shape[-2]):
+        out, state = delta_step(
+            q_[..., t, :],
+            k_[..., t, :],
+            v_[..., t, :],
+            beta_[..., t],
+            g_[..., t],
+            state,
+            scale,
+        )
+        outs.append(out)
+    return torch.stack(outs, dim=-2).to(q.dtype)  # (B, H, N, d_v)
+
+
+def delta_rule_parallel(q, k, v, beta, g=None, *, scale: float | None = None):
+    """The triangular-solve form: every u at once, then masked attention.
+
+    Args and Returns: as ``delta_rule_recurrent``.
+    """
+    _check_delta(q, k, v, beta, g, scale)
+    acc = _lin_accumulator(q.dtype)
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    g = torch.zeros_like(beta) if g is None else g
+    return delta_attention(*(t.to(acc) for t in (q, k, v, beta, g)), scale).to(q.dtype)
+
+
+def delta_rule_chunked(
+    q, k, v, beta, g=None, *, chunk_size: int = 64, scale: float | None = None
+) -> torch.Tensor:
+    """The parallel form inside chunks, the state carried between them.
+
+    Args:
+        q, k, v, beta, g, scale: as ``delta_rule_recurrent``.
+        chunk_size: tokens per chunk; the length is padded to a multiple with
+            tokens that write nothing (beta = 0) and do not decay (g = 0).
+
+    Returns:
+        ``(B, H, N, d_v)`` in q's dtype (float32 inside for half precision).
+    """
+    _check_delta(q, k, v, beta, g, scale)
+    _check_lin_chunks(chunk_size, chunk_size)
+    acc, n = _lin_accumulator(q.dtype), q.shape[-2]
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    g = torch.zeros_like(beta) if g is None else g
+    pad = -n % chunk_size
+    q_, k_, v_ = (F.pad(t.to(acc), (0, 0, 0, pad)) for t in (q, k, v))
+    beta_, g_ = (F.pad(t.to(acc), (0, pad)) for t in (beta, g))
+    return delta_chunks(q_, k_, v_, beta_, g_, scale, chunk_size)[..., :n, :].to(
+        q.dtype
+    )
+# --8<-- [end:face]
+
+
+# --8<-- [start:checks]
+def _check_lin_tensors(**named) -> None:
+    """Refuse a non-tensor, an integer tensor, or tensors of mixed dtype or device."""
+    for name, t in named.items():
+        if not isinstance(t, torch.Tensor) or not t.is_floating_point():
+            got = t.dtype if isinstance(t, torch.Tensor) else type(t).__name__
+            raise TypeError(f"{name} must be a floating torch.Tensor, got {got}")
+    if len({t.dtype for t in named.values()}) > 1:
+        got = ", ".join(f"{n} {t.dtype}" for n, t in named.items())
+        raise TypeError(f"{', '.join(named)} must share one dtype, got {got}")
+    if len({t.device for t in named.values()}) > 1:
+        got = ", ".join(f"{n} {t.device}" for n, t in named.items())
+        raise ValueError(f"{', '.join(named)} must be on one device, got {got}")
+
+
+def _check_lin_scale(scale) -> None:
+    if scale is not None and not (math.isfinite(scale) and scale > 0):
+        raise ValueError(
+            f"scale must be a positive finite float or None, got {scale!r}"
+        )
+
+
+def _check_lin_chunks(chunk_size, sub_chunk_size) -> None:
+    if not (isinstance(chunk_size, int) and chunk_size >= 1):
+        raise ValueError(f"chunk_size must be a positive int, got {chunk_size!r}")
+    if (
+        not (isinstance(sub_chunk_size, int) and sub_chunk_size >= 1)
+        or chunk_size % sub_chunk_size
+    ):
+        raise ValueError(
+            f"sub_chunk_size must be a positive int that divides chunk_size "
+            f"{chunk_size}, got {sub_chunk_size!r}"
+        )
+
+
+def _lin_accumulator(dtype: torch.dtype) -> torch.dtype:
+    """float32 for half precision: a long product of decays underflows float16."""
+    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+
+
+def _check_delta(q, k, v, beta, g, scale, *, state=None, step=False) -> None:
+    """q, k (..., N, d_k); v (..., N, d_v); beta, g (..., N); log-decays <= 0."""
+    _check_lin_tensors(q=q, k=k, v=v, beta=beta, **({} if g is None else {"g": g}))
+    lead = "(B, H, d)" if step else "(..., N, d)"
+    if q.dim() < (1 if step else 2) or q.shape != k.shape:
+        raise ValueError(
+            f"q and k must have one shape {lead}, got q {tuple(q.shape)} "
+            f"and k {tuple(k.shape)}"
+        )
+    if v.shape[:-1] != k.shape[:-1]:
+        raise ValueError(
+            f"v must be {lead} with k's leading shape {tuple(k.shape[:-1])}, "
+            f"got {tuple(v.shape)}"
+        )
+    for name, t in (("beta", beta), ("g", g)):
+        if t is not None and t.shape != k.shape[:-1]:
+            raise ValueError(
+                f"{name} must have shape {tuple(k.shape[:-1])} (k's without "
+                f"its last), got {tuple(t.shape)}"
+            )
+    if g is not None and (g > 0).any():
+        raise ValueError(
+            f"g holds log-decays log(alpha) and must be <= 0, got a maximum "
+            f"of {g.max().item():.3g}"
+        )
+    _check_lin_scale(scale)
+    want = (*k.shape, v.shape[-1])
+    if state is not None and (
+        not isinstance(state, torch.Tensor)
+        or state.shape != want
+        or state.device != q.device
+        or not state.is_floating_point()
+    ):
+        got = (
+            f"{state.dtype} {tuple(state.shape)} on {state.device}"
+            if isinstance(state, torch.Tensor)
+            else type(state).__name__
+        )
+        raise ValueError(
+            f"state must be a floating {want} tensor on {q.device}, got {got}"
+        )
+# --8<-- [end:checks]
