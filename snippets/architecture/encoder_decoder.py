@@ -38,12 +38,18 @@ _ACTIVATIONS = {"gelu": F.gelu, "relu": F.relu}
 
 # --8<-- [start:validate]
 def _check_like_module(name: str, t: torch.Tensor, weight: torch.Tensor) -> None:
-    """Raise unless t has the device (and, outside autocast, the dtype) of the module's weight."""
+    """Raise unless t has the module's device (and, outside autocast, dtype)."""
     if t.device != weight.device:
-        raise ValueError(f"{name} must be on the module's device {weight.device}, got {t.device}")
-    autocast = torch.amp.is_autocast_available(t.device.type) and torch.is_autocast_enabled(t.device.type)
+        raise ValueError(
+            f"{name} must be on the module's device {weight.device}, got {t.device}"
+        )
+    autocast = torch.amp.is_autocast_available(
+        t.device.type
+    ) and torch.is_autocast_enabled(t.device.type)
     if t.dtype != weight.dtype and not autocast:
-        raise TypeError(f"{name} must have the module's dtype {weight.dtype}, got {t.dtype}")
+        raise TypeError(
+            f"{name} must have the module's dtype {weight.dtype}, got {t.dtype}"
+        )
 
 
 def _check_dropout(name: str, p: float) -> None:
@@ -52,17 +58,28 @@ def _check_dropout(name: str, p: float) -> None:
 
 
 def _check_positive_float(name: str, value: float) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not 0 < value < float("inf")
+    ):
         raise ValueError(f"{name} must be a finite float > 0, got {value!r}")
 
 
 def _check_width(
     name: str, x: object, d_model: int | None, length: str, weight: torch.Tensor | None
 ) -> None:
-    """Raise a clear error unless ``x`` is a floating (B, length, D) tensor like ``weight``."""
-    if not isinstance(x, torch.Tensor) or x.dim() != 3 or x.shape[-1] != (d_model or x.shape[-1]):
+    """Raise unless ``x`` is a floating (B, length, D) tensor like ``weight``."""
+    if (
+        not isinstance(x, torch.Tensor)
+        or x.dim() != 3
+        or x.shape[-1] != (d_model or x.shape[-1])
+    ):
         got = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
-        raise ValueError(f"{name} must have shape (B, {length}, D) with D = {d_model or 'any'}, got {got}")
+        raise ValueError(
+            f"{name} must have shape (B, {length}, D) with D = {d_model or 'any'}, "
+            f"got {got}"
+        )
     if not x.is_floating_point():
         raise TypeError(f"{name} must have a floating dtype, got {x.dtype}")
     if weight is not None:
@@ -70,7 +87,7 @@ def _check_width(
 
 
 def _n_heads(module: nn.Module) -> int | None:
-    """The head count of the first module inside ``module`` that states one (``n_heads``)."""
+    """The head count (``n_heads``) of the first module inside ``module`` with one."""
     for part in module.modules():
         if isinstance(getattr(part, "n_heads", None), int):
             return part.n_heads
@@ -78,7 +95,13 @@ def _n_heads(module: nn.Module) -> int | None:
 
 
 def _check_scores_mask(
-    name: str, mask: object, b: int, n: int, m: int, like: torch.Tensor, h: int | None = None
+    name: str,
+    mask: object,
+    b: int,
+    n: int,
+    m: int,
+    like: torch.Tensor,
+    h: int | None = None,
 ) -> None:
     """Raise unless mask is None or a bool / float mask over (B, H, N, M) scores.
 
@@ -88,45 +111,67 @@ def _check_scores_mask(
     if mask is None:
         return
     if not isinstance(mask, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor or None, got {type(mask).__name__}")
+        raise TypeError(
+            f"{name} must be a torch.Tensor or None, got {type(mask).__name__}"
+        )
     if mask.dtype != torch.bool and mask.dtype != like.dtype:
         raise TypeError(
             f"{name} must be torch.bool (True = may attend) or {like.dtype} "
             f"(added to the scores), got {mask.dtype}"
         )
     if mask.device != like.device:
-        raise ValueError(f"{name} must be on the device of the inputs {like.device}, got {mask.device}")
+        raise ValueError(
+            f"{name} must be on the device of the inputs {like.device}, got "
+            f"{mask.device}"
+        )
     fits = 2 <= mask.dim() <= 4
     if fits:
         heads = h if h is not None else (mask.shape[-3] if mask.dim() > 2 else 1)
-        want = (b, heads, n, m)[4 - mask.dim():]  # (N, M), (H, N, M) or (B, H, N, M)
+        want = (b, heads, n, m)[4 - mask.dim() :]  # (N, M), (H, N, M) or (B, H, N, M)
         fits = all(got in (1, w) for got, w in zip(mask.shape, want))
     if not fits:
         raise ValueError(
-            f"{name} must broadcast to (B, H, N, M) with B = {b}, H = {h or 'any'}, N = {n}, "
+            f"{name} must broadcast to (B, H, N, M) with B = {b}, H = {h or 'any'}, N "
+            f"= {n}, "
             f"M = {m}, got shape {tuple(mask.shape)}"
         )
 
 
-def _check_token_mask(name: str, mask: object, b: int, length: int, like: torch.Tensor) -> None:
+def _check_token_mask(
+    name: str, mask: object, b: int, length: int, like: torch.Tensor
+) -> None:
     """Raise unless mask is None or a (B, length) bool tensor, True = real token."""
     if mask is None:
         return
     if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
         got = mask.dtype if isinstance(mask, torch.Tensor) else type(mask).__name__
-        raise TypeError(f"{name} must be a torch.bool tensor (True = real token), got {got}")
+        raise TypeError(
+            f"{name} must be a torch.bool tensor (True = real token), got {got}"
+        )
     if mask.shape != (b, length):
-        raise ValueError(f"{name} must have shape (B, length) = ({b}, {length}), got {tuple(mask.shape)}")
+        raise ValueError(
+            f"{name} must have shape (B, length) = ({b}, {length}), got "
+            f"{tuple(mask.shape)}"
+        )
     if mask.device != like.device:
-        raise ValueError(f"{name} must be on the device of the inputs {like.device}, got {mask.device}")
+        raise ValueError(
+            f"{name} must be on the device of the inputs {like.device}, got "
+            f"{mask.device}"
+        )
 
 
 def _check_layers(name: str, layers: object) -> nn.ModuleList:
     """Raise a clear error unless ``layers`` is a non-empty sequence of modules."""
     if isinstance(layers, nn.Module) and not isinstance(layers, nn.ModuleList):
-        raise TypeError(f"{name} must be a sequence of nn.Module, got a single {type(layers).__name__}")
+        raise TypeError(
+            f"{name} must be a sequence of nn.Module, got a single "
+            f"{type(layers).__name__}"
+        )
     if not isinstance(layers, Iterable) or isinstance(layers, (str, bytes)):
-        raise TypeError(f"{name} must be a non-empty sequence of nn.Module, got {type(layers).__name__}")
+        raise TypeError(
+            f"{name} must be a non-empty sequence of nn.Module, got "
+            f"{type(layers).__name__}"
+        )
     layers = list(layers)
     if not layers or not all(isinstance(layer, nn.Module) for layer in layers):
         got = [type(layer).__name__ for layer in layers]
@@ -145,7 +190,7 @@ def _check_decoder_call(
     masks: dict[str, torch.Tensor | None],
     heads: tuple[int | None, int | None],
 ) -> None:
-    """Raise unless tgt (B, N, D), memory (B, M, D) and the decoder's masks fit together."""
+    """Raise unless tgt (B, N, D), memory (B, M, D) and the decoder's masks fit."""
     (b, n, _), m = tgt.shape, memory.shape[1]
     if memory.shape[0] != b:
         raise ValueError(
@@ -175,7 +220,8 @@ def _check_encoder_decoder_call(
         )
     if src.dtype != tgt.dtype or src.device != tgt.device:
         raise TypeError(
-            f"src and tgt must share one dtype and device, got {src.dtype} on {src.device} "
+            f"src and tgt must share one dtype and device, got {src.dtype} on "
+            f"{src.device} "
             f"and {tgt.dtype} on {tgt.device}"
         )
     (b, m, _), n = src.shape, tgt.shape[1]
@@ -184,10 +230,11 @@ def _check_encoder_decoder_call(
     _check_scores_mask("src_mask", masks["src_mask"], b, m, m, src, heads[0])
     _check_scores_mask("tgt_mask", masks["tgt_mask"], b, n, n, src, heads[1])
     _check_scores_mask("memory_mask", masks["memory_mask"], b, n, m, src, heads[1])
+
+
 # --8<-- [end:validate]
 
 
-# --8<-- [start:encoder]
 class Encoder(nn.Module):
     """A stack of encoder blocks, then an optional final LayerNorm.
 
@@ -203,7 +250,9 @@ class Encoder(nn.Module):
         ``(B, M, D)`` -> ``(B, M, D)``: the "memory" the decoder attends to.
     """
 
-    def __init__(self, layers: Sequence[nn.Module], *, norm: nn.Module | None = None) -> None:
+    def __init__(
+        self, layers: Sequence[nn.Module], *, norm: nn.Module | None = None
+    ) -> None:
         super().__init__()
         self.layers = _check_layers("layers", layers)
         _check_norm(norm)
@@ -226,15 +275,22 @@ class Encoder(nn.Module):
         Returns:
             The memory, ``(B, M, D)``.
         """
-        _check_width("src", src, getattr(self.layers[0], "d_model", None), "M", next(self.parameters(), None))
+        _check_width(
+            "src",
+            src,
+            getattr(self.layers[0], "d_model", None),
+            "M",
+            next(self.parameters(), None),
+        )
         b, m, _ = src.shape
         _check_scores_mask("attn_mask", attn_mask, b, m, m, src, _n_heads(self))
         _check_token_mask("key_mask", key_mask, b, m, src)
+        # --8<-- [start:encode]
         x = src
         for layer in self.layers:
             x = layer(x, attn_mask=attn_mask, key_mask=key_mask)  # (B, M, D)
         return x if self.norm is None else self.norm(x)
-# --8<-- [end:encoder]
+        # --8<-- [end:encode]
 
 
 class DecoderBlock(nn.Module):
@@ -257,7 +313,6 @@ class DecoderBlock(nn.Module):
         target ``(B, N, D)`` and memory ``(B, M, D)`` -> ``(B, N, D)``.
     """
 
-    # --8<-- [start:init]
     def __init__(
         self,
         self_attention: nn.Module,
@@ -272,9 +327,14 @@ class DecoderBlock(nn.Module):
         bias: bool = True,
     ) -> None:
         super().__init__()
-        for name, module in (("self_attention", self_attention), ("cross_attention", cross_attention)):
+        for name, module in (
+            ("self_attention", self_attention),
+            ("cross_attention", cross_attention),
+        ):
             if not isinstance(module, nn.Module):
-                raise TypeError(f"{name} must be an nn.Module, got {type(module).__name__}")
+                raise TypeError(
+                    f"{name} must be an nn.Module, got {type(module).__name__}"
+                )
         if self_attention is cross_attention:
             raise ValueError(
                 "self_attention and cross_attention must be two modules, got the same "
@@ -285,7 +345,9 @@ class DecoderBlock(nn.Module):
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
         _check_dropout("dropout", dropout)
         if not isinstance(activation, str) or activation not in _ACTIVATIONS:
-            raise ValueError(f"activation must be one of {sorted(_ACTIVATIONS)}, got {activation!r}")
+            raise ValueError(
+                f"activation must be one of {sorted(_ACTIVATIONS)}, got {activation!r}"
+            )
         _check_positive_float("layer_norm_eps", layer_norm_eps)
         self.d_model = d_model
         self.norm_first = norm_first
@@ -296,31 +358,42 @@ class DecoderBlock(nn.Module):
         self.cross_attention = cross_attention
         self.linear1 = nn.Linear(d_model, d_ff, bias=bias)  # D -> d_ff
         self.linear2 = nn.Linear(d_ff, d_model, bias=bias)  # d_ff -> D
-        self.norm1 = nn.LayerNorm(d_model, eps=layer_norm_eps, bias=bias)  # around self-attention
-        self.norm2 = nn.LayerNorm(d_model, eps=layer_norm_eps, bias=bias)  # around cross-attention
-        self.norm3 = nn.LayerNorm(d_model, eps=layer_norm_eps, bias=bias)  # around the MLP
+        self.norm1 = nn.LayerNorm(
+            d_model, eps=layer_norm_eps, bias=bias
+        )  # around self-attention
+        self.norm2 = nn.LayerNorm(
+            d_model, eps=layer_norm_eps, bias=bias
+        )  # around cross-attention
+        self.norm3 = nn.LayerNorm(
+            d_model, eps=layer_norm_eps, bias=bias
+        )  # around the MLP
         self.dropout = nn.Dropout(dropout)  # inside the MLP, after the activation
         self.dropout1 = nn.Dropout(dropout)
         self.dropout2 = nn.Dropout(dropout)
         self.dropout3 = nn.Dropout(dropout)
-    # --8<-- [end:init]
 
     # --8<-- [start:branches]
     def _self_branch(self, x, attn_mask, key_mask, is_causal):
-        out = self.self_attention(x, attn_mask=attn_mask, key_mask=key_mask, is_causal=is_causal)[0]
+        out = self.self_attention(
+            x, attn_mask=attn_mask, key_mask=key_mask, is_causal=is_causal
+        )[0]
         return self.dropout1(out)  # (B, N, D)
 
     def _cross_branch(self, x, memory, memory_mask, memory_key_mask):
         # Queries come from the target, keys and values from the encoder's memory.
-        out = self.cross_attention(x, memory, memory, attn_mask=memory_mask, key_mask=memory_key_mask)[0]
+        out = self.cross_attention(
+            x, memory, memory, attn_mask=memory_mask, key_mask=memory_key_mask
+        )[0]
         return self.dropout2(out)  # (B, N, D) attending over (B, M, D) -> (B, N, D)
 
     def _mlp_branch(self, x):
-        hidden = self.dropout(self.activation(self.linear1(x)))  # (B, N, D) -> (B, N, d_ff)
+        hidden = self.dropout(
+            self.activation(self.linear1(x))
+        )  # (B, N, D) -> (B, N, d_ff)
         return self.dropout3(self.linear2(hidden))  # (B, N, d_ff) -> (B, N, D)
+
     # --8<-- [end:branches]
 
-    # --8<-- [start:forward]
     def forward(
         self,
         tgt: torch.Tensor,
@@ -352,6 +425,7 @@ class DecoderBlock(nn.Module):
         cross_masks = dict(memory_mask=memory_mask, memory_key_mask=memory_key_mask)
         heads = (_n_heads(self.self_attention), _n_heads(self.cross_attention))
         _check_decoder_call(tgt, memory, {**self_masks, **cross_masks}, heads)
+        # --8<-- [start:block]
         x = tgt
         if self.norm_first:
             # Pre-norm: normalise each branch's input; the residual stream stays raw.
@@ -364,9 +438,8 @@ class DecoderBlock(nn.Module):
             x = self.norm2(x + self._cross_branch(x, memory, **cross_masks))
             x = self.norm3(x + self._mlp_branch(x))
         return x  # (B, N, D)
-    # --8<-- [end:forward]
+        # --8<-- [end:block]
 
-    # --8<-- [start:from_torch]
     @classmethod
     def from_torch(
         cls,
@@ -389,14 +462,19 @@ class DecoderBlock(nn.Module):
             A ``DecoderBlock`` on the layer's device and dtype.
         """
         if not isinstance(layer, nn.TransformerDecoderLayer):
-            raise TypeError(f"layer must be an nn.TransformerDecoderLayer, got {type(layer).__name__}")
+            raise TypeError(
+                "layer must be an nn.TransformerDecoderLayer, got "
+                f"{type(layer).__name__}"
+            )
         act = layer.activation
         if act is F.relu or isinstance(act, nn.ReLU):
             name = "relu"
         elif act is F.gelu or (isinstance(act, nn.GELU) and act.approximate == "none"):
             name = "gelu"
         else:
-            raise ValueError(f"layer.activation must be ReLU or exact GELU, got {act!r}")
+            raise ValueError(
+                f"layer.activation must be ReLU or exact GELU, got {act!r}"
+            )
         ref = layer.linear1.weight
         new = cls(
             self_attention,
@@ -412,10 +490,8 @@ class DecoderBlock(nn.Module):
         for part in ("linear1", "linear2", "norm1", "norm2", "norm3"):
             getattr(new, part).load_state_dict(getattr(layer, part).state_dict())
         return new.train(layer.training)
-    # --8<-- [end:from_torch]
 
 
-# --8<-- [start:decoder]
 class Decoder(nn.Module):
     """A stack of decoder blocks, then an optional final LayerNorm.
 
@@ -427,7 +503,9 @@ class Decoder(nn.Module):
         target ``(B, N, D)`` and memory ``(B, M, D)`` -> ``(B, N, D)``.
     """
 
-    def __init__(self, layers: Sequence[nn.Module], *, norm: nn.Module | None = None) -> None:
+    def __init__(
+        self, layers: Sequence[nn.Module], *, norm: nn.Module | None = None
+    ) -> None:
         super().__init__()
         self.layers = _check_layers("layers", layers)
         _check_norm(norm)
@@ -444,15 +522,21 @@ class Decoder(nn.Module):
         memory_mask: torch.Tensor | None = None,
         memory_key_mask: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """Decode: every block sees the same memory. Arguments as in ``DecoderBlock``."""
+        """Decode: every block sees the same memory (arguments as in DecoderBlock)."""
+        # --8<-- [start:decode]
         x = tgt
         for layer in self.layers:
             x = layer(
-                x, memory, attn_mask=attn_mask, key_mask=key_mask, is_causal=is_causal,
-                memory_mask=memory_mask, memory_key_mask=memory_key_mask,
+                x,
+                memory,
+                attn_mask=attn_mask,
+                key_mask=key_mask,
+                is_causal=is_causal,
+                memory_mask=memory_mask,
+                memory_key_mask=memory_key_mask,
             )  # (B, N, D)
         return x if self.norm is None else self.norm(x)
-# --8<-- [end:decoder]
+        # --8<-- [end:decode]
 
 
 class EncoderDecoder(nn.Module):
@@ -474,11 +558,12 @@ class EncoderDecoder(nn.Module):
         super().__init__()
         for name, module in (("encoder", encoder), ("decoder", decoder)):
             if not isinstance(module, nn.Module):
-                raise TypeError(f"{name} must be an nn.Module, got {type(module).__name__}")
+                raise TypeError(
+                    f"{name} must be an nn.Module, got {type(module).__name__}"
+                )
         self.encoder = encoder
         self.decoder = decoder
 
-    # --8<-- [start:wiring]
     def forward(
         self,
         src: torch.Tensor,
@@ -508,17 +593,31 @@ class EncoderDecoder(nn.Module):
         Returns:
             ``(B, N, D)``.
         """
-        masks = dict(src_key_mask=src_key_mask, tgt_key_mask=tgt_key_mask, src_mask=src_mask,
-                     tgt_mask=tgt_mask, memory_mask=memory_mask)
-        _check_encoder_decoder_call(src, tgt, masks, (_n_heads(self.encoder), _n_heads(self.decoder)))
-        memory = self.encoder(src, attn_mask=src_mask, key_mask=src_key_mask)  # (B, M, D)
+        masks = dict(
+            src_key_mask=src_key_mask,
+            tgt_key_mask=tgt_key_mask,
+            src_mask=src_mask,
+            tgt_mask=tgt_mask,
+            memory_mask=memory_mask,
+        )
+        _check_encoder_decoder_call(
+            src, tgt, masks, (_n_heads(self.encoder), _n_heads(self.decoder))
+        )
+        # --8<-- [start:encode_decode]
+        memory = self.encoder(
+            src, attn_mask=src_mask, key_mask=src_key_mask
+        )  # (B, M, D)
         return self.decoder(
-            tgt, memory, attn_mask=tgt_mask, key_mask=tgt_key_mask, is_causal=tgt_is_causal,
-            memory_mask=memory_mask, memory_key_mask=src_key_mask,
+            tgt,
+            memory,
+            attn_mask=tgt_mask,
+            key_mask=tgt_key_mask,
+            is_causal=tgt_is_causal,
+            memory_mask=memory_mask,
+            memory_key_mask=src_key_mask,
         )  # (B, N, D)
-    # --8<-- [end:wiring]
+        # --8<-- [end:encode_decode]
 
-    # --8<-- [start:from_torch_model]
     @classmethod
     def from_torch(
         cls,
@@ -540,7 +639,10 @@ class EncoderDecoder(nn.Module):
             An ``EncoderDecoder`` that computes what ``transformer`` computes.
         """
         if not isinstance(transformer, nn.Transformer):
-            raise TypeError(f"transformer must be an nn.Transformer, got {type(transformer).__name__}")
+            raise TypeError(
+                "transformer must be an nn.Transformer, got "
+                f"{type(transformer).__name__}"
+            )
         for name, fn in (("attention", attention), ("encoder_layer", encoder_layer)):
             if not callable(fn):
                 raise TypeError(f"{name} must be callable, got {type(fn).__name__}")
@@ -556,13 +658,14 @@ class EncoderDecoder(nn.Module):
         )
         decoder = Decoder(
             [
-                DecoderBlock.from_torch(layer, attention(layer.self_attn), attention(layer.multihead_attn))
+                DecoderBlock.from_torch(
+                    layer, attention(layer.self_attn), attention(layer.multihead_attn)
+                )
                 for layer in dec.layers
             ],
             norm=None if dec.norm is None else _copy_norm(dec.norm),
         )
         return cls(encoder, decoder).train(transformer.training)
-    # --8<-- [end:from_torch_model]
 
 
 def _copy_norm(norm: nn.LayerNorm) -> nn.LayerNorm:
