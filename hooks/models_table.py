@@ -178,16 +178,29 @@ def cell(model: dict, field: str) -> str:
     return f"{text}<sup>{MARK[entry['source']]}</sup>"
 
 
+# Two tables of at most eight columns each, so neither is wider than the page's column.
+COLUMN_GROUPS = (COLUMNS[:6], COLUMNS[6:])
+
+
+def _table(models: list[dict], columns, lead: tuple[str, ...]) -> list[str]:
+    head = "| model | " + " | ".join(lead + tuple(title for _, title in columns)) + " |"
+    rule = "|" + "---|" * (len(columns) + 1 + len(lead))
+    first = {"year": lambda m: str(m["year"])}
+    return [head, rule] + [
+        f"| {m['name']} | " + " | ".join([first[c](m) for c in lead] + [cell(m, f) for f, _ in columns]) + " |"
+        for m in models
+    ]
+
+
 def render_attention(models: list[dict]) -> str:
-    head = "| model | year | " + " | ".join(title for _, title in COLUMNS) + " |"
-    rule = "|" + "---|" * (len(COLUMNS) + 2)
-    rows = [f"| {m['name']} | {m['year']} | " + " | ".join(cell(m, f) for f, _ in COLUMNS) + " |" for m in models]
+    shape = _table(models, COLUMN_GROUPS[0], ("year",))
+    rest = _table(models, COLUMN_GROUPS[1], ())
     notes = [f"* **{m['name']}**: {_text(m['notes']['value'])}<sup>{MARK[m['notes']['source']]}</sup>"
              for m in models if "notes" in m]
     legend = ("Each value is marked with where it was read: <sup>c</sup> the released `config.json`, "
               "<sup>p</sup> the paper, <sup>m</sup> the model's code in `transformers`; "
               "the [sources](#sources) list them.")
-    return "\n".join([head, rule, *rows, "", legend, "", *notes])
+    return "\n".join([*shape, "", *rest, "", legend, "", *notes])
 
 
 def _size(n: int) -> str:
