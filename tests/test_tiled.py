@@ -1,4 +1,4 @@
-"""Proof for snippets/efficiency/tiled.py.
+"""Proof for snippets/efficiency/tiled_attention.py.
 
 Proves: online_softmax equals torch.softmax for every block size (including
 all -inf rows -> zeros); tiled_attention equals F.scaled_dot_product_attention
@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from huge_scores import assert_matches, expected_output, signed_qk
-from snippets.efficiency.tiled import online_softmax, tiled_attention
+from snippets.efficiency.tiled_attention import online_softmax, tiled_attention
 
 
 def lower_right_mask(n: int, m: int) -> torch.Tensor:
