@@ -283,7 +283,7 @@ def _(s):
 @fuzz("efficiency.paged_kv_cache.ragged_causal_mask")
 def _(s):
     return [Call(paged_mod.ragged_causal_mask, {"lengths": [1, s.n], "n": s.n + 1, "padding": "left"},
-                 {"lengths": Bad([], [-1], [2.5], [True], "12", 3, None, [s.n + 2]), "n": Bad(-1, 2.5, True, "3", 1),
+                 {"lengths": Bad([], [-1], [2.5], "12", 3, None, [s.n + 2]), "n": Bad(-1, 2.5, True, "3", 1),
                   "padding": Bad("center", None, 3)})]
 
 
