@@ -38,7 +38,7 @@ __all__ = [
 def kv_cache_bytes(batch: int, seq_len: int, n_layers: int, n_kv_heads: int,
                    d_head: int, dtype: torch.dtype = torch.float16) -> int:
     """2 (k and v) x B x M x layers x H_kv x d x bytes per element."""
-    _check_ints(0, dtype, batch=batch, seq_len=seq_len, n_layers=n_layers,
+    _check_kv_sizes(0, dtype, batch=batch, seq_len=seq_len, n_layers=n_layers,
                 n_kv_heads=n_kv_heads, d_head=d_head)
     return 2 * batch * seq_len * n_layers * n_kv_heads * d_head * dtype.itemsize
 # --8<-- [end:bytes]
@@ -117,7 +117,7 @@ class CachedSelfAttention(nn.Module):
         """
         super().__init__()
         n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
-        _check_ints(1, d_model=d_model, n_heads=n_heads, n_kv_heads=n_kv_heads)
+        _check_kv_sizes(1, d_model=d_model, n_heads=n_heads, n_kv_heads=n_kv_heads)
         if d_model % n_heads or n_heads % n_kv_heads:
             raise ValueError(
                 f"d_model must be divisible by n_heads and n_kv_heads must divide "
@@ -140,7 +140,7 @@ class CachedSelfAttention(nn.Module):
             raise ValueError(
                 f"x must have shape (B, N, D) with D = {w.shape[1]}, got {_describe(x)}"
             )
-        _check_like_module("x", x, w)
+        _check_module_input("x", x, w)
         if cache is None:
             return
         if not isinstance(cache, KVCache):
@@ -206,7 +206,7 @@ class TinyDecoder(nn.Module):
             tokens ``(B, N)`` (int64) -> logits ``(B, N, V)``.
         """
         super().__init__()
-        _check_ints(
+        _check_kv_sizes(
             1,
             vocab_size=vocab_size,
             d_model=d_model,
@@ -247,7 +247,7 @@ class TinyDecoder(nn.Module):
 
     def _check_forward(self, tokens: torch.Tensor, cache: KVCache | None) -> None:
         """Refuse ids out of range and positions beyond the table."""
-        _check_ids(
+        _check_token_ids(
             "tokens", tokens, self.embed.num_embeddings, self.embed.weight.device
         )
         if cache is not None and not isinstance(cache, KVCache):
@@ -308,7 +308,7 @@ class KVCache:
         dtype: torch.dtype = torch.float32,
         device: torch.device | str | None = None,
     ) -> None:
-        _check_ints(
+        _check_kv_sizes(
             1,
             n_layers=n_layers,
             batch=batch,
@@ -381,8 +381,9 @@ def generate(
     """
     if not isinstance(model, TinyDecoder):
         raise TypeError(f"model must be a TinyDecoder, got {type(model).__name__}")
-    _check_ids("prompt", prompt, model.embed.num_embeddings, model.embed.weight.device)
-    _check_ints(0, n_new=n_new)
+    vocab, device = model.embed.num_embeddings, model.head.weight.device
+    _check_token_ids("prompt", prompt, vocab, device)
+    _check_kv_sizes(0, n_new=n_new)
     if use_cache:
         cache = model.new_cache(prompt.shape[0], prompt.shape[1] + n_new)
         return decode_greedy(model, prompt, n_new, cache)
@@ -398,7 +399,7 @@ def _describe(t: object) -> str:
     return type(t).__name__
 
 
-def _check_ints(minimum: int, dtype: object = torch.float32, **values: object) -> None:
+def _check_kv_sizes(minimum: int, dtype: object = torch.float32, **values: int) -> None:
     if not isinstance(dtype, torch.dtype):
         raise TypeError(f"dtype must be a torch.dtype, got {type(dtype).__name__}")
     for name, value in values.items():
@@ -406,7 +407,7 @@ def _check_ints(minimum: int, dtype: object = torch.float32, **values: object) -
             raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
 
 
-def _check_like_module(name: str, t: torch.Tensor, weight: torch.Tensor) -> None:
+def _check_module_input(name: str, t: torch.Tensor, weight: torch.Tensor) -> None:
     """Refuse t off the module's device, or (outside autocast) of another dtype."""
     autocast = torch.amp.is_autocast_available(
         t.device.type
@@ -418,7 +419,7 @@ def _check_like_module(name: str, t: torch.Tensor, weight: torch.Tensor) -> None
         )
 
 
-def _check_ids(name: str, ids: object, vocab_size: int, device: torch.device) -> None:
+def _check_token_ids(name: str, ids: object, vocab_size: int, device) -> None:
     """Refuse anything but a (B, N) integer tensor of ids in [0, vocab_size)."""
     if not isinstance(ids, torch.Tensor) or ids.dtype not in (torch.int64, torch.int32):
         got = ids.dtype if isinstance(ids, torch.Tensor) else type(ids).__name__

@@ -133,7 +133,7 @@ class StaticKVCache(nn.Module):
         device: torch.device | str | None = None,
     ) -> None:
         super().__init__()
-        _check_ints(
+        _check_positive(
             n_layers=n_layers,
             batch=batch,
             n_kv_heads=n_kv_heads,
@@ -252,7 +252,7 @@ def _describe(t: object) -> str:
     return type(t).__name__
 
 
-def _check_ints(**values: object) -> None:
+def _check_positive(**values: object) -> None:
     for name, value in values.items():
         if not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be a positive int, got {value!r}")
@@ -268,7 +268,7 @@ def _check_decoder(model: object) -> None:
         )
 
 
-def _check_ids(name: str, ids: object, device: torch.device) -> None:
+def _check_token_tensor(name: str, ids: object, device: torch.device) -> None:
     """Refuse anything but a (B, N) integer tensor of ids on the model's device."""
     if not isinstance(ids, torch.Tensor) or ids.dtype not in (torch.int64, torch.int32):
         got = ids.dtype if isinstance(ids, torch.Tensor) else type(ids).__name__
@@ -335,7 +335,7 @@ def _check_static_call(
             f"cache must have one layer per attention layer of model "
             f"({len(model.attn)}), got {cache.n_layers}"
         )
-    _check_ids("tokens", tokens, model.head.weight.device)
+    _check_token_tensor("tokens", tokens, model.head.weight.device)
     if tokens.shape[0] != cache.k_0.shape[0]:
         raise ValueError(
             f"tokens must have the cache's batch size {cache.k_0.shape[0]}, "
@@ -348,7 +348,7 @@ def _check_generate_static(
     model: object, prompt: object, n_new: object, compile_options: object
 ) -> None:
     _check_decoder(model)
-    _check_ids("prompt", prompt, model.head.weight.device)
+    _check_token_tensor("prompt", prompt, model.head.weight.device)
     vocab = model.embed.num_embeddings
     if bool(((prompt < 0) | (prompt >= vocab)).any()):  # one sync, before the loop
         raise ValueError(

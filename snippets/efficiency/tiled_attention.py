@@ -149,7 +149,7 @@ def tiled_attention(
     Shape:
         ``(B, H, N, d), (B, H, M, d), (B, H, M, d_v) -> (B, H, N, d_v)``.
     """
-    _check_qkv(q, k, v)
+    _check_tiled_qkv(q, k, v)
     bq = max(q.shape[-2], 1) if block_size_q is None else block_size_q
     _check_sizes(block_size_k=block_size_k, block_size_q=bq)
     if scale is not None and not (
@@ -192,7 +192,7 @@ def _check_sizes(**sizes: object) -> None:
             raise ValueError(f"{name} must be a positive int, got {value!r}")
 
 
-def _check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+def _check_tiled_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
     """Refuse q, k, v that cannot be attended together, naming what differs."""
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor) or not t.is_floating_point() or t.dim() < 2:
