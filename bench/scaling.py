@@ -12,7 +12,7 @@ What is measured (float32, B = 1, H = 8, d = 64 unless told otherwise):
 
 * ``explicit``: softmax(q k^T / sqrt(d)) v written out, causal, holding the
   (B, H, N, N) scores;
-* ``tiled``: ``snippets.efficiency.tiled.tiled_attention`` (online softmax over
+* ``tiled``: ``snippets.efficiency.tiled_attention.tiled_attention`` (online softmax over
   blocks of keys and queries), causal;
 * ``sliding window``: ``snippets.efficiency.sliding_window.sliding_window_attention``
   with a causal window w = 256;
@@ -77,7 +77,7 @@ import torch.nn.functional as F  # noqa: E402
 from snippets.efficiency.kv_cache import TinyDecoder, generate  # noqa: E402
 from snippets.efficiency.linear_attention import linear_attention  # noqa: E402
 from snippets.efficiency.sliding_window import sliding_window_attention  # noqa: E402
-from snippets.efficiency.tiled import tiled_attention  # noqa: E402
+from snippets.efficiency.tiled_attention import tiled_attention  # noqa: E402
 
 __all__ = [
     "METHODS", "MAX_N", "make_qkv", "time_methods", "measure_memory",

@@ -69,6 +69,26 @@ def on_files(files: Files, config) -> Files:
     return files
 
 
+def snippet_needs(path: pathlib.Path) -> list[str]:
+    """The packages a snippet file imports beyond the standard library, read from its imports."""
+    import ast
+
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.add(node.module.split(".")[0])
+    return sorted(name for name in found
+                  if name not in sys.stdlib_module_names and name != "__future__")
+
+
+def _needs_words(needs: list[str]) -> str:
+    names = {"torch": "PyTorch", "triton": "Triton"}
+    words = [names.get(n, n) for n in needs] or ["only the standard library"]
+    return ("only " if len(words) == 1 and needs else "") + " and ".join(words)
+
+
 def on_page_markdown(markdown: str, page, config, files: Files) -> str:
     included = sorted(set(INCLUDE.findall(markdown)))
     if not included:
@@ -79,13 +99,13 @@ def on_page_markdown(markdown: str, page, config, files: Files) -> str:
         if files.get_file_from_path(uri) is None:
             continue  # pymdownx.snippets reports the missing file itself
         href = get_relative_url(uri, page.file.src_uri)
-        links.append(f"[`{uri}`]({href}){{ download }}")
+        needs = snippet_needs(_root(config) / "snippets" / rel)
+        links.append(f"[`{uri}`]({href}){{ download }} (needs {_needs_words(needs)})")
     if not links:
         return markdown
     note = (
         '\n!!! abstract "Take the code"\n\n'
-        f"    The code on this page is tested; download the whole file: {', '.join(links)}. "
-        "It needs only PyTorch.\n\n"
+        f"    The code on this page is tested; download the whole file: {', '.join(links)}.\n\n"
     )
     match = CODE_HEADING.search(markdown)
     if match:

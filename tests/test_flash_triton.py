@@ -156,9 +156,13 @@ def test_validation_messages(flash):
     fa = flash.flash_attention
     with pytest.raises(TypeError, match=r"q must be a torch.Tensor, got list"):
         fa([1], x, x)
-    with pytest.raises(ValueError, match=r"k must have shape \(B, H, length, d\), got \(2, 5, 16\)"):
+    with pytest.raises(ValueError, match=r"k must have shape \(B, H, length, d\), or \(B\*H, length, d\) "
+                                         r"like q, got \(2, 5, 16\)"):
         fa(x, x[0], x)
-    with pytest.raises(TypeError, match=r"v must be float16 or bfloat16, got torch.float32"):
+    with pytest.raises(TypeError, match=r"v must be float16, bfloat16 or float32, got torch.float64"):
+        fa(x, x, x.double())
+    with pytest.raises(TypeError, match=r"q, k and v must share one dtype, got torch.float16, torch.float16 and "
+                                        r"torch.float32"):
         fa(x, x, x.float())
     with pytest.raises(TypeError, match=r"q, k and v must share one dtype, got torch.float16, torch.bfloat16"):
         fa(x, x.bfloat16(), x)
@@ -200,3 +204,51 @@ def test_the_autograd_function_checks_its_own_inputs(flash):
     out, lse = apply(x, x, x, False, None, 16, 16)
     assert torch.equal(out, flash.flash_attention(x, x, x, block_m=16, block_n=16))
     assert lse.shape == (1, 2, 5)
+
+
+def test_float32_runs_in_ieee_precision(flash):
+    # float32 inputs: the products run as IEEE float32 (input_precision="ieee"),
+    # so outputs and gradients match float64 SDPA to float32 rounding, far
+    # tighter than TF32's 10-bit mantissa (about 1e-3 relative) would allow.
+    N, M, d = 37, 21, 32
+    q, k, v = inputs(1, 2, N, M, d, torch.float32, seed=6)
+    do = torch.randn(1, 2, N, d, generator=torch.Generator(q.device).manual_seed(7))
+    mask = lower_right_mask(N, M)
+    ours = attend_and_grads(lambda q, k, v: flash.flash_attention(q, k, v, causal=True, block_m=16, block_n=16),
+                            q, k, v, do)
+    exact = attend_and_grads(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, attn_mask=mask),
+                             *(t.double() for t in (q, k, v)), do.double())
+    empty = N - M  # rows with no visible key: zeros in the kernel, NaN-free zeros here too
+    exact[0][..., :empty, :] = 0.0
+    for name, a, b in zip(("out", "dq", "dk", "dv"), ours, exact):
+        assert a.dtype == torch.float32, name
+        torch.testing.assert_close(a.double(), b, atol=2e-5, rtol=2e-5, msg=name)
+
+
+def test_three_dimensional_input_is_batch_times_heads(flash):
+    # (B*H, N, d) is the layout many callers hold; it must equal the 4-D call.
+    q, k, v = (t.detach() for t in inputs(2, 3, 20, 27, 16, torch.float16, seed=8))
+    four = flash.flash_attention(q, k, v, causal=True, block_m=16, block_n=16)
+    flat = [t.reshape(6, -1, 16).requires_grad_() for t in (q, k, v)]
+    three, lse = flash.flash_attention_lse(*flat, causal=True, block_m=16, block_n=16)
+    assert three.shape == (6, 20, 16) and lse.shape == (6, 20)
+    assert torch.equal(three.reshape(2, 3, 20, 16), four)
+    three.float().sum().backward()
+    assert flat[0].grad.shape == (6, 20, 16) and flat[1].grad.shape == (6, 27, 16)
+
+
+@pytest.mark.parametrize("shift", [-2e4, 2e4])
+def test_scores_shifted_far_from_zero(flash, shift):
+    # softmax(s + c) = softmax(s): one extra coordinate adds c to every score.
+    # A running maximum that started at a finite value (0, or -1e4) instead of
+    # -inf would meet only scores near -2e4 and return zeros (exp2 underflows),
+    # or overflow at +2e4; the kernel must equal SDPA on the unshifted scores.
+    g = torch.Generator().manual_seed(9)
+    q, k, v = (torch.randn(1, 2, 19, 15, generator=g) for _ in range(3))
+    scale = 16 ** -0.5
+    qs = torch.cat([q, torch.ones(1, 2, 19, 1)], dim=-1)
+    ks = torch.cat([k, torch.full((1, 2, 19, 1), shift / scale)], dim=-1)
+    vs = torch.cat([v, torch.zeros(1, 2, 19, 1)], dim=-1)
+    out = flash.flash_attention(qs, ks, vs, causal=True, scale=scale, block_m=16, block_n=16)
+    ref = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale)
+    torch.testing.assert_close(out[..., :15], ref, atol=5e-3, rtol=5e-3)

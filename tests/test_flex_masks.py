@@ -18,7 +18,7 @@ from torch.nn.attention.flex_attention import create_block_mask, create_mask, fl
 from torch.testing import assert_close
 
 from snippets.attention.alibi import alibi_attention, alibi_bias, alibi_slopes
-from snippets.efficiency.flex_masks import (
+from snippets.efficiency.flex_attention import (
     alibi_score_mod,
     block_mask_fraction,
     block_tiles,

@@ -15,13 +15,13 @@ from torch import nn  # noqa: F401
 from fuzz_support import *  # noqa: F401,F403
 from fuzz_support import fuzz_tests
 from snippets.efficiency import flash_triton as ft_mod
-from snippets.efficiency import flex_masks as flex_mod
+from snippets.efficiency import flex_attention as flex_mod
 from snippets.efficiency import kv_cache as kv_mod
 from snippets.efficiency import linear_attention as linear_mod
 from snippets.efficiency import paged_kv_cache as paged_mod
 from snippets.efficiency import sliding_window as sliding_mod
 from snippets.efficiency import static_cache as static_mod
-from snippets.efficiency import tiled as tiled_mod
+from snippets.efficiency import tiled_attention as tiled_mod
 
 # efficiency
 # ----------------------------------------------------------------------------
@@ -125,13 +125,13 @@ def _(s):
     return [Call(sliding_mod.sliding_window_attention, base, specs)]
 
 
-@fuzz("efficiency.tiled.online_softmax")
+@fuzz("efficiency.tiled_attention.online_softmax")
 def _(s):
     return [Call(tiled_mod.online_softmax, {"x": r(s.b, s.n, s.m), "block_size": 2},
                  {"x": T(min_rank=1, dtype_peer=False, device_peer=False), "block_size": POS_INT})]
 
 
-@fuzz("efficiency.tiled.tiled_attention")
+@fuzz("efficiency.tiled_attention.tiled_attention")
 def _(s):
     specs = {**qkv_specs(), "block_size_k": POS_INT, "block_size_q": POS_INT,
              "scale": Bad(0.0, -1.0, float("nan"), "1", True)}
@@ -140,7 +140,7 @@ def _(s):
 
 
 # ----------------------------------------------------------------------------
-# efficiency/ (flash_triton, flex_masks, paged_kv_cache, static_cache), linear/, distributed/
+# efficiency/ (flash_triton, flex_attention, paged_kv_cache, static_cache), linear/, distributed/
 # ----------------------------------------------------------------------------
 
 
@@ -167,67 +167,67 @@ def _(s):
             Call(apply, dict(kw), specs, "apply", "FlashAttention")]
 
 
-@fuzz("efficiency.flex_masks.causal_mask_mod")
+@fuzz("efficiency.flex_attention.causal_mask_mod")
 def _(s):
     return [Call(flex_mod.causal_mask_mod, {"n_queries": s.n, "n_keys": s.m}, CAUSAL_MASK_SPECS)]
 
 
-@fuzz("efficiency.flex_masks.sliding_window_mask_mod")
+@fuzz("efficiency.flex_attention.sliding_window_mask_mod")
 def _(s):
     return [Call(flex_mod.sliding_window_mask_mod, {"window": 2, "n_queries": s.n, "n_keys": s.m, "causal": False},
                  {"window": POS_INT, **CAUSAL_MASK_SPECS, "causal": FLAG})]
 
 
-@fuzz("efficiency.flex_masks.prefix_lm_mask_mod")
+@fuzz("efficiency.flex_attention.prefix_lm_mask_mod")
 def _(s):
     return [Call(flex_mod.prefix_lm_mask_mod, {"prefix_len": 1}, {"prefix_len": NONNEG_INT})]
 
 
-@fuzz("efficiency.flex_masks.document_ids_from_lengths")
+@fuzz("efficiency.flex_attention.document_ids_from_lengths")
 def _(s):
     return [Call(flex_mod.document_ids_from_lengths, {"lengths": [1, s.n]},
                  {"lengths": Bad([], [0], [2.5], [True], "12", 3, None)})]
 
 
-@fuzz("efficiency.flex_masks.document_mask_mod")
+@fuzz("efficiency.flex_attention.document_mask_mod")
 def _(s):
     return [Call(flex_mod.document_mask_mod, {"document_ids": ids(s.b, s.n, high=2), "causal": True},
                  {"document_ids": T(INT, min_rank=1, device_peer=False), "causal": FLAG})]
 
 
-@fuzz("efficiency.flex_masks.alibi_score_mod")
+@fuzz("efficiency.flex_attention.alibi_score_mod")
 def _(s):
     return [Call(flex_mod.alibi_score_mod, {"slopes": r(s.h).abs(), "n_queries": s.n, "n_keys": s.m, "causal": True},
                  {"slopes": T(rank=1, dtype_peer=False, device_peer=False), **CAUSAL_MASK_SPECS, "causal": FLAG})]
 
 
-@fuzz("efficiency.flex_masks.soft_cap_score_mod")
+@fuzz("efficiency.flex_attention.soft_cap_score_mod")
 def _(s):
     return [Call(flex_mod.soft_cap_score_mod, {"cap": 5.0}, {"cap": POS_FLOAT})]
 
 
-@fuzz("efficiency.flex_masks.dense_mask")
+@fuzz("efficiency.flex_attention.dense_mask")
 def _(s):
     return [Call(flex_mod.dense_mask, {"mask_mod": flex_mod.causal_mask_mod(s.n, s.m), "n_queries": s.n,
                                        "n_keys": s.m, "batch": s.b, "heads": s.h},
                  {"mask_mod": Bad(3, None, "causal"), **CAUSAL_MASK_SPECS, "batch": POS_INT, "heads": POS_INT})]
 
 
-@fuzz("efficiency.flex_masks.block_tiles", "efficiency.flex_masks.computed_block_fraction")
+@fuzz("efficiency.flex_attention.block_tiles", "efficiency.flex_attention.computed_block_fraction")
 def _(s):
     return [Call(fn, {"mask": ones(s.b, s.n, s.m), "block_size": 2},
                  {"mask": T(BOOL, min_rank=2, device_peer=False), "block_size": POS_INT}, fn.__name__, fn.__name__)
             for fn in (flex_mod.block_tiles, flex_mod.computed_block_fraction)]
 
 
-@fuzz("efficiency.flex_masks.block_mask_fraction")
+@fuzz("efficiency.flex_attention.block_mask_fraction")
 def _(s):
     block_mask = create_block_mask(flex_mod.causal_mask_mod(4, 4), 1, 1, 4, 4, device="cpu", BLOCK_SIZE=2)
     return [Call(flex_mod.block_mask_fraction, {"block_mask": block_mask},
                  {"block_mask": Bad(3, None, ones(4, 4))})]
 
 
-@fuzz("efficiency.flex_masks.flex_attend")
+@fuzz("efficiency.flex_attention.flex_attend")
 def _(s):
     base = {"q": r(s.b, s.h, s.n, s.d), "k": r(s.b, s.h, s.m, s.d), "v": r(s.b, s.h, s.m, s.d + 1)}
     specs = {"q": T(rank=4, tied=(0, 1, 3), names=("k", "v")), "k": T(rank=4, tied=(0, 1, 2, 3), names=("q", "v")),
@@ -237,7 +237,7 @@ def _(s):
                  specs)]
 
 
-@fuzz("efficiency.flex_masks.flash_attn_window_size")
+@fuzz("efficiency.flex_attention.flash_attn_window_size")
 def _(s):
     return [Call(flex_mod.flash_attn_window_size, {"window": 3, "causal": False}, {"window": POS_INT, "causal": FLAG})]
 
@@ -283,7 +283,7 @@ def _(s):
 @fuzz("efficiency.paged_kv_cache.ragged_causal_mask")
 def _(s):
     return [Call(paged_mod.ragged_causal_mask, {"lengths": [1, s.n], "n": s.n + 1, "padding": "left"},
-                 {"lengths": Bad([], [-1], [2.5], [True], "12", 3, None, [s.n + 2]), "n": Bad(-1, 2.5, True, "3", 1),
+                 {"lengths": Bad([], [-1], [2.5], "12", 3, None, [s.n + 2]), "n": Bad(-1, 2.5, True, "3", 1),
                   "padding": Bad("center", None, 3)})]
 
 

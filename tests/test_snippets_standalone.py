@@ -154,7 +154,7 @@ SMOKE: dict[str, tuple[str, str]] = {
         "result = torch.allclose(m.apply_rotary(x, cos, sin).norm(dim=-1), x.norm(dim=-1), atol=1e-5)",
         "True",
     ),
-    "efficiency/tiled.py": (
+    "efficiency/tiled_attention.py": (
         "x = torch.randn(1, 2, 5, 4); result = tuple(m.tiled_attention(x, x, x, block_size_k=2).shape)",
         "(1, 2, 5, 4)",
     ),
@@ -167,7 +167,7 @@ SMOKE: dict[str, tuple[str, str]] = {
         "x = torch.randn(1, 1, 6, 4); result = tuple(m.sliding_window_attention(x, x, x, 2).shape)",
         "(1, 1, 6, 4)",
     ),
-    "efficiency/flex_masks.py": (
+    "efficiency/flex_attention.py": (
         "mod = m.sliding_window_mask_mod(2, 4, 4); x = torch.randn(1, 1, 4, 2)\n"
         "result = (m.dense_mask(mod, 4, 4)[0, 0].sum().item(), tuple(m.flex_attend(x, x, x, mask_mod=mod).shape))",
         "(7, (1, 1, 4, 2))",

@@ -18,8 +18,28 @@ from snippets.efficiency.static_cache import StaticKVCache, generate_static, sta
 
 
 def tiny_model(seed: int = 0) -> TinyDecoder:
+    """A decoder with every parameter drawn at random, the norms' weights and biases included.
+
+    At their initial values (weight 1, bias 0) the two norms of a block are the
+    same function, so code that swapped them would pass unseen.
+    """
     torch.manual_seed(seed)
-    return TinyDecoder(vocab_size=37, d_model=32, n_heads=4, n_layers=2, n_kv_heads=2, max_len=40).eval()
+    model = TinyDecoder(vocab_size=37, d_model=32, n_heads=4, n_layers=2, n_kv_heads=2, max_len=40).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" in name and name.endswith("weight"):
+                p.copy_(1.0 + 0.5 * torch.randn_like(p))
+            else:
+                p.copy_(0.3 * torch.randn_like(p))
+    return model
+
+
+def test_every_parameter_is_randomised():
+    init = TinyDecoder(vocab_size=37, d_model=32, n_heads=4, n_layers=2, n_kv_heads=2, max_len=40)
+    for (name, ours), (_, theirs) in zip(tiny_model().named_parameters(), init.named_parameters()):
+        assert not torch.equal(ours, theirs), f"{name} is still at its initial value"
+        if "norm" in name:
+            assert ours.std() > 0.1, f"{name} is nearly constant"
 
 
 def test_tokens_equal_dynamic_cache_and_recompute():
@@ -62,8 +82,8 @@ def test_validation_messages():
     model = tiny_model()
     with pytest.raises(ValueError, match=r"max_len must be a positive int, got 0"):
         StaticKVCache(1, 1, 1, 4, 0)
-    with pytest.raises(ValueError, match=r"batch must be a positive int, got True"):
-        StaticKVCache(1, True, 1, 4, 8)
+    with pytest.raises(ValueError, match=r"batch must be a positive int, got -1"):
+        StaticKVCache(1, -1, 1, 4, 8)
     with pytest.raises(TypeError, match=r"prompt must be an int64 or int32 tensor of token ids, got torch.float32"):
         generate_static(model, torch.zeros(1, 3), 2)
     with pytest.raises(TypeError, match=r"prompt must be an int64 or int32 tensor of token ids, got list"):
@@ -96,24 +116,24 @@ def test_cache_and_step_validation_messages():
         static_forward(model, StaticKVCache(1, 2, 2, 8, 8), tokens, positions)
     with pytest.raises(ValueError, match=r"tokens must have the cache's batch size 2, got shape \(3, 3\)"):
         static_forward(model, cache, torch.zeros(3, 3, dtype=torch.long), positions)
-    with pytest.raises(ValueError, match=r"tokens must be on the model's device cpu, got meta"):
+    with pytest.raises(ValueError, match=r"tokens must have shape \(B, N\) on the model's device cpu, got torch.int64 \(2, 3\) on meta"):
         static_forward(model, cache, tokens.to("meta"), positions)
     with pytest.raises(TypeError, match=r"positions must be an int64 tensor, got torch.float32"):
         static_forward(model, cache, tokens, positions.float())
-    with pytest.raises(ValueError, match=r"positions must have shape \(N,\) = \(3,\), one per token, got \(4,\)"):
+    with pytest.raises(ValueError, match=r"positions must have shape \(N,\), one per token \(N = 3\), on cpu, got torch.int64 \(4,\)"):
         static_forward(model, cache, tokens, torch.arange(4))
-    with pytest.raises(ValueError, match=r"positions must be on the device of the tokens cpu, got meta"):
+    with pytest.raises(ValueError, match=r"positions must have shape \(N,\), one per token \(N = 3\), on cpu, got torch.int64 \(3,\) on meta"):
         static_forward(model, cache, tokens, positions.to("meta"))
     k = torch.zeros(2, 2, 3, 8)
     with pytest.raises(ValueError, match=r"layer must be an int in \[0, 2\), got 2"):
         cache.write(2, positions, k, k)
-    with pytest.raises(TypeError, match=r"v must have the cache's dtype torch.float32 on cpu, got torch.float64 on cpu"):
+    with pytest.raises(TypeError, match=r"v must have the cache's dtype torch.float32 on cpu, got torch.float64 \(2, 2, 3, 8\) on cpu"):
         cache.write(0, positions, k, k.double())
     with pytest.raises(ValueError, match=r"k and v must have shape \(B, H_kv, N, d\) = \(2, 2, N, 8\), got k \(2, 2, 3, 4\)"):
         cache.write(0, positions, k[..., :4], k[..., :4])
-    with pytest.raises(ValueError, match=r"positions must have shape \(N,\) = \(3,\), one per token, got \(2,\)"):
+    with pytest.raises(ValueError, match=r"positions must have shape \(N,\), one per token \(N = 3\), on cpu, got torch.int64 \(2,\)"):
         cache.write(0, positions[:2], k, k)
     with pytest.raises(TypeError, match=r"positions must be an int64 tensor, got torch.int32"):
         cache.write(0, positions.int(), k, k)
-    with pytest.raises(ValueError, match=r"positions must have shape \(N,\), got \(1, 3\)"):
+    with pytest.raises(ValueError, match=r"positions must have shape \(N,\), .* got torch.int64 \(1, 3\)"):
         cache.mask(positions[None])

@@ -9,7 +9,7 @@
 #
 # Only plain tensor code runs here: a `mask_mod` is a function of index
 # tensors, so evaluating it on broadcast `arange`s gives the dense mask. The
-# tests (`tests/test_flex_masks.py`) run the same functions through
+# tests (`tests/test_flex_attention.py`) run the same functions through
 # `flex_attention` and `create_block_mask` and check that the tile counts below
 # are the ones `create_block_mask` records.
 
@@ -19,7 +19,7 @@ import torch
 from matplotlib.colors import ListedColormap
 
 from snippets.attention.alibi import alibi_slopes
-from snippets.efficiency.flex_masks import (
+from snippets.efficiency.flex_attention import (
     alibi_score_mod,
     block_tiles,
     causal_mask_mod,

@@ -12,7 +12,7 @@ import matplotlib.pyplot as plt
 import torch
 import torch.nn.functional as F
 
-from snippets.efficiency.tiled import online_softmax, tiled_attention
+from snippets.efficiency.tiled_attention import online_softmax, tiled_attention
 
 torch.manual_seed(0)
 print(f"torch {torch.__version__}")

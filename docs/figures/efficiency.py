@@ -6,7 +6,7 @@ import torch
 from matplotlib.colors import to_rgba
 from matplotlib.patches import Patch, Rectangle
 
-from snippets.efficiency.flex_masks import (
+from snippets.efficiency.flex_attention import (
     block_tiles,
     causal_mask_mod,
     computed_block_fraction,
@@ -19,7 +19,7 @@ from snippets.efficiency.kv_cache import kv_cache_bytes
 from snippets.efficiency.linear_attention import feature_map
 from snippets.efficiency.paged_kv_cache import PagedKVCache, ragged_causal_mask
 from snippets.efficiency.sliding_window import sliding_window_mask
-from snippets.efficiency.tiled import online_softmax
+from snippets.efficiency.tiled_attention import online_softmax
 
 
 def online_softmax_tiles(s):

@@ -43,12 +43,12 @@ LOG2E = 1.4426950408889634  # exp(x) = exp2(x * log2(e)): exp2 is the cheaper in
 
 @triton.jit
 def _dot(a, b, DOT_F32: tl.constexpr):
-    # Matrix product with float32 accumulation. Triton 3.9's interpreter multiplies
-    # bfloat16 operands as their raw 16-bit integers; there (only) they are widened
-    # first, which gives the products and float32 sums a GPU's tensor cores give.
+    # Matrix product with float32 accumulation. DOT_F32 is set for float32 inputs,
+    # whose products then use IEEE float32 ("ieee"), not TF32's 10-bit mantissa,
+    # and under Triton 3.9's interpreter for bfloat16, which it multiplies as raw
+    # 16-bit integers: widened first, they give the products a GPU's tensor cores give.
     if DOT_F32:
-        a = a.to(tl.float32)
-        b = b.to(tl.float32)
+        return tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="ieee")
     return tl.dot(a, b)
 
 
@@ -203,13 +203,14 @@ def _check_inputs(q, k, v, causal, scale, block_m, block_n) -> float:
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-        if t.dim() != 4:
-            raise ValueError(f"{name} must have shape (B, H, length, d), got {tuple(t.shape)}")
-        if t.dtype not in (torch.float16, torch.bfloat16):
-            raise TypeError(f"{name} must be float16 or bfloat16, got {t.dtype}")
+        if t.dim() not in (3, 4) or t.dim() != q.dim():
+            raise ValueError(f"{name} must have shape (B, H, length, d), or (B*H, length, d) "
+                             f"like q, got {tuple(t.shape)}")
+        if t.dtype not in (torch.float16, torch.bfloat16, torch.float32):
+            raise TypeError(f"{name} must be float16, bfloat16 or float32, got {t.dtype}")
     if k.dtype != q.dtype or v.dtype != q.dtype:
         raise TypeError(f"q, k and v must share one dtype, got {q.dtype}, {k.dtype} and {v.dtype}")
-    if k.shape != v.shape or k.shape[:2] != q.shape[:2] or k.shape[-1] != q.shape[-1]:
+    if k.shape != v.shape or k.shape[:-2] != q.shape[:-2] or k.shape[-1] != q.shape[-1]:
         raise ValueError(
             f"q must be (B, H, N, d) and k, v (B, H, M, d) with the same B, H and d, "
             f"got q {tuple(q.shape)}, k {tuple(k.shape)} and v {tuple(v.shape)}"
@@ -217,8 +218,8 @@ def _check_inputs(q, k, v, causal, scale, block_m, block_n) -> float:
     d = q.shape[-1]
     if d not in (16, 32, 64, 128):
         raise ValueError(f"the head width d must be 16, 32, 64 or 128, got d={d}")
-    if q.shape[2] == 0 or k.shape[2] == 0:
-        raise ValueError(f"N and M must be at least 1, got N={q.shape[2]} and M={k.shape[2]}")
+    if q.shape[-2] == 0 or k.shape[-2] == 0:
+        raise ValueError(f"N and M must be at least 1, got N={q.shape[-2]} and M={k.shape[-2]}")
     if k.device != q.device or v.device != q.device:
         raise ValueError(f"q, k and v must be on one device, got {q.device}, {k.device} and {v.device}")
     if q.device.type == "cpu" and not INTERPRETED:
@@ -254,13 +255,16 @@ class FlashAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, causal, scale, block_m, block_n):
         scale = _check_inputs(q, k, v, causal, scale, block_m, block_n)  # None: 1 / sqrt(d)
+        three_d = q.dim() == 3  # (B*H, length, d): one (batch, head) per row of programs
+        if three_d:
+            q, k, v = q[None], k[None], v[None]
         B, H, N, d = q.shape
         M = k.shape[2]
         q, k, v = (t.contiguous().view(B * H, -1, d) for t in (q, k, v))  # (B, H, len, d) -> (BH, len, d)
         o = torch.empty_like(q)  # (BH, N, d)
         lse = torch.empty(B * H, N, dtype=torch.float32, device=q.device)  # (BH, N)
         bm, bn, warps, stages = _blocks(d, block_m, block_n)
-        dot_f32 = INTERPRETED and q.dtype == torch.bfloat16
+        dot_f32 = q.dtype == torch.float32 or (INTERPRETED and q.dtype == torch.bfloat16)
         grid = (triton.cdiv(N, bm), B * H)
         _attn_fwd[grid](q, k, v, o, lse, q.stride(0), q.stride(1), k.stride(0), k.stride(1),
                         v.stride(0), v.stride(1), o.stride(0), o.stride(1), N, M, scale * LOG2E,
@@ -268,18 +272,20 @@ class FlashAttention(torch.autograd.Function):
                         num_warps=warps, num_stages=stages)
         ctx.save_for_backward(q, k, v, o, lse)
         ctx.mark_non_differentiable(lse)
-        ctx.args = (B, H, N, M, d, causal, scale, block_m, block_n)
+        ctx.args = (B, H, N, M, d, causal, scale, block_m, block_n, three_d)
+        if three_d:
+            return o.view(H, N, d), lse.view(H, N)
         return o.view(B, H, N, d), lse.view(B, H, N)
 
     @staticmethod
     def backward(ctx, do, _dlse):
         q, k, v, o, lse = ctx.saved_tensors
-        B, H, N, M, d, causal, scale, block_m, block_n = ctx.args
+        B, H, N, M, d, causal, scale, block_m, block_n, three_d = ctx.args
         do = do.contiguous().view(B * H, N, d)  # (B, H, N, d) -> (BH, N, d)
         bm, bn, warps, stages = _blocks(d, block_m, block_n)
         # The backward's tiles are smaller: each program holds more tiles at once.
         bm, bn = min(bm, 64), min(bn, 64)
-        dot_f32 = INTERPRETED and q.dtype == torch.bfloat16
+        dot_f32 = q.dtype == torch.float32 or (INTERPRETED and q.dtype == torch.bfloat16)
         delta = torch.empty_like(lse)  # (BH, N)
         _attn_bwd_delta[(triton.cdiv(N, bm), B * H)](o, do, delta, o.stride(0), o.stride(1), N,
                                                       HEAD_DIM=d, BLOCK_M=bm)
@@ -291,7 +297,8 @@ class FlashAttention(torch.autograd.Function):
         _attn_bwd_dq[(triton.cdiv(N, bm), B * H)](q, k, v, do, dq, lse, delta, *common,
                                                   CAUSAL=causal, HEAD_DIM=d, BLOCK_M=bm, BLOCK_N=bn, DOT_F32=dot_f32,
                                                   num_warps=warps, num_stages=stages)
-        return (dq.view(B, H, N, d), dk.view(B, H, M, d), dv.view(B, H, M, d),
+        lead = (H,) if three_d else (B, H)
+        return (dq.view(*lead, N, d), dk.view(*lead, M, d), dv.view(*lead, M, d),
                 None, None, None, None)
 
 
@@ -301,8 +308,9 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal
     """Exact attention, softmax(q k^T * scale) v, by the FlashAttention-2 kernels.
 
     Args:
-        q: queries, ``(B, H, N, d)``, float16 or bfloat16, on a CUDA device (or
-            the CPU with ``TRITON_INTERPRET=1``).
+        q: queries, ``(B, H, N, d)`` or ``(B*H, N, d)``, float16, bfloat16 or
+            float32 (whose products then run in IEEE float32, not TF32), on a
+            CUDA device (or the CPU with ``TRITON_INTERPRET=1``).
         k: keys, ``(B, H, M, d)``, same dtype and device.
         v: values, ``(B, H, M, d)``.
         causal: mask future keys, the triangle aligned to the lower right.
@@ -311,7 +319,7 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal
             defaults suit a GPU, small tiles keep the interpreter quick.
 
     Returns:
-        ``(B, H, N, d)``, in the dtype of ``q``; differentiable in q, k and v.
+        the shape and dtype of ``q``; differentiable in q, k and v.
     """
     scale = _check_inputs(q, k, v, causal, scale, block_m, block_n)  # None: 1 / sqrt(d)
     out, _ = FlashAttention.apply(q, k, v, causal, scale, block_m, block_n)

@@ -25,123 +25,262 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-__all__ = ["kv_cache_bytes", "KVCache", "CachedSelfAttention", "TinyDecoder", "generate"]
-
-
-# --8<-- [start:validate]
-def _check_ints(minimum: int, **values: object) -> None:
-    for name, value in values.items():
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
-
-
-def _check_float_dtype(dtype: object) -> None:
-    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
-        raise TypeError(f"dtype must be a floating torch.dtype, got {dtype!r}")
-
-
-def _check_like_module(name: str, t: torch.Tensor, weight: torch.Tensor) -> None:
-    """Raise unless t has the device (and, outside autocast, the dtype) of the module's weight."""
-    if t.device != weight.device:
-        raise ValueError(f"{name} must be on the module's device {weight.device}, got {t.device}")
-    autocast = torch.amp.is_autocast_available(t.device.type) and torch.is_autocast_enabled(t.device.type)
-    if t.dtype != weight.dtype and not autocast:
-        raise TypeError(f"{name} must have the module's dtype {weight.dtype}, got {t.dtype}")
-
-
-def _check_ids(
-    name: str, ids: object, vocab_size: int | None = None, device: torch.device | None = None
-) -> tuple[int, int]:
-    """Raise unless ``ids`` is a (B, N) integer tensor of ids in [0, vocab_size); return (B, N)."""
-    if not isinstance(ids, torch.Tensor) or ids.dtype not in (torch.int64, torch.int32):
-        got = ids.dtype if isinstance(ids, torch.Tensor) else type(ids).__name__
-        raise TypeError(f"{name} must be an int64 or int32 tensor of token ids, got {got}")
-    if ids.dim() != 2:
-        raise ValueError(f"{name} must have shape (B, N), got {tuple(ids.shape)}")
-    if device is not None and ids.device != device:
-        raise ValueError(f"{name} must be on the model's device {device}, got {ids.device}")
-    if vocab_size is not None and bool(((ids < 0) | (ids >= vocab_size)).any()):  # one sync
-        raise ValueError(
-            f"{name} must lie in [0, vocab_size={vocab_size}), "
-            f"got ids from {int(ids.min())} to {int(ids.max())}"
-        )
-    return ids.shape[0], ids.shape[1]
-
-
-def _check_layer(layer: object, n_layers: int) -> None:
-    if isinstance(layer, bool) or not isinstance(layer, int) or not 0 <= layer < n_layers:
-        raise ValueError(f"layer must be an int in [0, {n_layers}), got {layer!r}")
-
-
-def _check_new_kv(k: object, v: object, buffer: torch.Tensor) -> None:
-    """Raise unless k and v are (B, H_kv, N, d) tensors that fit the cache's ``buffer``."""
-    b, h, _, d = buffer.shape
-    for name, t in (("k", k), ("v", v)):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-        if t.dtype != buffer.dtype or t.device != buffer.device:
-            raise TypeError(
-                f"{name} must have the cache's dtype {buffer.dtype} on {buffer.device}, "
-                f"got {t.dtype} on {t.device}"
-            )
-    if k.dim() != 4 or k.shape[:2] != (b, h) or k.shape[-1] != d or v.shape != k.shape:
-        raise ValueError(
-            f"k and v must have shape (B, H_kv, N, d) = ({b}, {h}, N, {d}), "
-            f"got k {tuple(k.shape)} and v {tuple(v.shape)}"
-        )
-
-
-def _check_cache(cache: object, layer: object, x: torch.Tensor, weight: torch.Tensor) -> None:
-    """Raise unless ``cache`` is None or a KVCache whose ``layer`` can take x's keys."""
-    if cache is None:
-        return
-    if not isinstance(cache, KVCache):
-        raise TypeError(f"cache must be a KVCache or None, got {type(cache).__name__}")
-    _check_layer(layer, len(cache.k))
-    buffer = cache.k[layer]
-    if buffer.shape[0] != x.shape[0] or buffer.dtype != weight.dtype or buffer.device != weight.device:
-        raise ValueError(
-            f"cache must hold x's batch size B={x.shape[0]} in the module's dtype {weight.dtype} "
-            f"on {weight.device}, got B={buffer.shape[0]}, {buffer.dtype} on {buffer.device}"
-        )
-# --8<-- [end:validate]
+__all__ = [
+    "kv_cache_bytes",
+    "KVCache",
+    "CachedSelfAttention",
+    "TinyDecoder",
+    "generate",
+]
 
 
 # --8<-- [start:bytes]
-def kv_cache_bytes(
-    batch: int,
-    seq_len: int,
-    n_layers: int,
-    n_kv_heads: int,
-    d_head: int,
-    dtype: torch.dtype = torch.float16,
-) -> int:
-    """Bytes held by a KV cache: keys and values for every layer, head and token.
-
-    bytes = 2 (k and v) x B x M x layers x H_kv x d x bytes per element.
-
-    Args:
-        batch: B, sequences decoded together.
-        seq_len: M, tokens cached per sequence (prompt plus generated).
-        n_layers: attention layers in the model.
-        n_kv_heads: H_kv, key/value heads per layer (H for multi-head attention).
-        d_head: d, the width of one head.
-        dtype: the dtype the cache is stored in.
-
-    Returns:
-        The size in bytes, an int.
-    """
-    for name, value in (("batch", batch), ("seq_len", seq_len), ("n_layers", n_layers),
-                        ("n_kv_heads", n_kv_heads), ("d_head", d_head)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise ValueError(f"{name} must be a non-negative int, got {value!r}")
-    if not isinstance(dtype, torch.dtype):
-        raise TypeError(f"dtype must be a torch.dtype, got {type(dtype).__name__}")
+def kv_cache_bytes(batch: int, seq_len: int, n_layers: int, n_kv_heads: int,
+                   d_head: int, dtype: torch.dtype = torch.float16) -> int:
+    """2 (k and v) x B x M x layers x H_kv x d x bytes per element."""
+    _check_kv_sizes(0, dtype, batch=batch, seq_len=seq_len, n_layers=n_layers,
+                n_kv_heads=n_kv_heads, d_head=d_head)
     return 2 * batch * seq_len * n_layers * n_kv_heads * d_head * dtype.itemsize
 # --8<-- [end:bytes]
 
 
-# --8<-- [start:cache]
+# --8<-- [start:cache_append]
+def cache_append(buf_k, buf_v, start: int, k, v):
+    """Write N new keys and values after the start cached ones; return all M."""
+    # buf_k, buf_v: (B, H_kv, max_len, d); k, v: (B, H_kv, N, d)
+    end = start + k.shape[-2]
+    buf_k[:, :, start:end] = k  # in place: the past is never copied
+    buf_v[:, :, start:end] = v
+    return buf_k[:, :, :end], buf_v[:, :, :end]  # (B, H_kv, M, d), M = start + N
+
+
+# --8<-- [end:cache_append]
+
+
+# --8<-- [start:lower_right]
+def lower_right_causal(n: int, m: int, device) -> tuple[torch.Tensor | None, bool]:
+    """(attn_mask, is_causal) for N new queries that follow M - N cached keys."""
+    if n == m:  # no past: the ordinary triangle, which every backend knows
+        return None, True
+    if n == 1:  # one new token may see every cached key: no mask at all
+        return None, False
+    # A chunk after a cached prefix: SDPA's is_causal would align the triangle
+    # to the upper left and hide most of the prefix. Query i sees j <= i + M - N.
+    i = torch.arange(n, device=device).unsqueeze(-1)  # (N, 1)
+    return torch.arange(m, device=device) <= i + (m - n), False  # (N, M)
+
+
+# --8<-- [end:lower_right]
+
+
+# --8<-- [start:forward]
+class CachedSelfAttention(nn.Module):
+    """Causal self-attention that can read and extend a ``KVCache``."""
+
+    def forward(self, x: torch.Tensor, cache: KVCache | None = None, layer: int = 0):
+        """Attend causally over the cached tokens and the N new ones."""
+        self._check_forward(x, cache, layer)
+        B, N, D = x.shape
+        q = self.q_proj(x).view(B, N, self.n_heads, -1).transpose(1, 2)  # (B, H, N, d)
+        k = self.k_proj(x).view(B, N, self.n_kv_heads, -1).transpose(1, 2)
+        v = self.v_proj(x).view(B, N, self.n_kv_heads, -1).transpose(1, 2)
+        if cache is not None:  # (B, H_kv, N, d) -> (B, H_kv, M, d), M = cached + N
+            k, v = cache.update(layer, k, v)
+        mask, is_causal = lower_right_causal(N, k.shape[-2], x.device)
+        gqa = self.n_kv_heads != self.n_heads
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask,
+                                             is_causal=is_causal, enable_gqa=gqa)
+        return self.out_proj(out.transpose(1, 2).reshape(B, N, D))  # (B, N, D)
+    # --8<-- [end:forward]
+
+    # --8<-- [start:attention_face]
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        n_kv_heads: int | None = None,
+        *,
+        bias: bool = True,
+    ) -> None:
+        """Causal self-attention with a cache.
+
+        Args:
+            d_model: D.
+            n_heads: H, query heads; ``d_model`` must be divisible by it.
+            n_kv_heads: H_kv, key/value heads (``n_heads`` when None); must
+                divide ``n_heads``.
+            bias: give the projections a bias.
+
+        Shape:
+            ``(B, N, D) -> (B, N, D)``; with a cache holding P tokens, the N
+            new tokens attend to M = P + N keys.
+        """
+        super().__init__()
+        n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
+        _check_kv_sizes(1, d_model=d_model, n_heads=n_heads, n_kv_heads=n_kv_heads)
+        if d_model % n_heads or n_heads % n_kv_heads:
+            raise ValueError(
+                f"d_model must be divisible by n_heads and n_kv_heads must divide "
+                f"n_heads, got d_model={d_model}, n_heads={n_heads} and "
+                f"n_kv_heads={n_kv_heads}"
+            )
+        self.n_heads, self.n_kv_heads = n_heads, n_kv_heads
+        self.d_head = d_model // n_heads
+        self.q_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.k_proj = nn.Linear(d_model, n_kv_heads * self.d_head, bias=bias)
+        self.v_proj = nn.Linear(d_model, n_kv_heads * self.d_head, bias=bias)
+        self.out_proj = nn.Linear(d_model, d_model, bias=bias)
+
+    def _check_forward(
+        self, x: torch.Tensor, cache: KVCache | None, layer: int
+    ) -> None:
+        """Refuse x of the wrong width, dtype or device, or a cache that misfits."""
+        w = self.q_proj.weight
+        if not isinstance(x, torch.Tensor) or x.dim() != 3 or x.shape[-1] != w.shape[1]:
+            raise ValueError(
+                f"x must have shape (B, N, D) with D = {w.shape[1]}, got {_describe(x)}"
+            )
+        _check_module_input("x", x, w)
+        if cache is None:
+            return
+        if not isinstance(cache, KVCache):
+            raise TypeError(
+                f"cache must be a KVCache or None, got {type(cache).__name__}"
+            )
+        _check_layer(layer, len(cache.k))
+        buf = cache.k[layer]
+        if (buf.shape[0], buf.dtype, buf.device) != (x.shape[0], w.dtype, w.device):
+            raise ValueError(
+                f"cache must hold x's batch size B={x.shape[0]} in the module's "
+                f"dtype {w.dtype} on {w.device}, got {_describe(buf)}"
+            )
+
+    # --8<-- [end:attention_face]
+
+
+# --8<-- [start:decoder]
+class TinyDecoder(nn.Module):
+    """A small decoder-only language model whose layers share one ``KVCache``."""
+
+    def forward(
+        self, tokens: torch.Tensor, cache: KVCache | None = None
+    ) -> torch.Tensor:
+        """Logits for every position of ``tokens``, continuing ``cache`` if given."""
+        self._check_forward(tokens, cache)
+        start = cache.seq_len() if cache is not None else 0  # positions go on after it
+        pos = torch.arange(start, start + tokens.shape[1], device=tokens.device)  # (N,)
+        x = self.embed(tokens) + self.pos(pos)  # (B, N) -> (B, N, D)
+        blocks = zip(self.attn, self.norm1, self.norm2, self.mlp)
+        for layer, (attn, norm1, norm2, mlp) in enumerate(blocks):
+            x = x + attn(norm1(x), cache, layer)
+            x = x + mlp(norm2(x))
+        return self.head(self.norm(x))  # (B, N, D) -> (B, N, V)
+
+    # --8<-- [end:decoder]
+
+    # --8<-- [start:decoder_face]
+    def __init__(
+        self,
+        vocab_size: int,
+        d_model: int,
+        n_heads: int,
+        n_layers: int,
+        *,
+        n_kv_heads: int | None = None,
+        max_len: int = 512,
+    ) -> None:
+        """Token and learned position embeddings, ``n_layers`` pre-norm blocks.
+
+        Each block is causal attention, then a GELU MLP; a final norm and an
+        output projection follow.
+
+        Args:
+            vocab_size: V, the number of token ids.
+            d_model: D.
+            n_heads: H.
+            n_layers: blocks.
+            n_kv_heads: H_kv (``n_heads`` when None).
+            max_len: the longest sequence the position table covers.
+
+        Shape:
+            tokens ``(B, N)`` (int64) -> logits ``(B, N, V)``.
+        """
+        super().__init__()
+        _check_kv_sizes(
+            1,
+            vocab_size=vocab_size,
+            d_model=d_model,
+            n_layers=n_layers,
+            max_len=max_len,
+        )
+        self.max_len = max_len
+        self.embed = nn.Embedding(vocab_size, d_model)
+        self.pos = nn.Embedding(max_len, d_model)
+        self.attn = nn.ModuleList(
+            CachedSelfAttention(d_model, n_heads, n_kv_heads) for _ in range(n_layers)
+        )
+        self.norm1 = nn.ModuleList(nn.LayerNorm(d_model) for _ in range(n_layers))
+        self.norm2 = nn.ModuleList(nn.LayerNorm(d_model) for _ in range(n_layers))
+        self.mlp = nn.ModuleList(
+            nn.Sequential(
+                nn.Linear(d_model, 4 * d_model),
+                nn.GELU(),
+                nn.Linear(4 * d_model, d_model),
+            )
+            for _ in range(n_layers)
+        )
+        self.norm = nn.LayerNorm(d_model)
+        self.head = nn.Linear(d_model, vocab_size, bias=False)
+
+    def new_cache(self, batch: int, max_len: int | None = None) -> KVCache:
+        """An empty cache shaped for this model."""
+        a, w = self.attn[0], self.head.weight
+        return KVCache(
+            len(self.attn),
+            batch,
+            a.n_kv_heads,
+            a.d_head,
+            max_len or self.max_len,
+            dtype=w.dtype,
+            device=w.device,
+        )
+
+    def _check_forward(self, tokens: torch.Tensor, cache: KVCache | None) -> None:
+        """Refuse ids out of range and positions beyond the table."""
+        _check_token_ids(
+            "tokens", tokens, self.embed.num_embeddings, self.embed.weight.device
+        )
+        if cache is not None and not isinstance(cache, KVCache):
+            raise TypeError(
+                f"cache must be a KVCache or None, got {type(cache).__name__}"
+            )
+        start = cache.seq_len() if cache is not None else 0
+        if start + tokens.shape[1] > self.max_len:
+            raise ValueError(
+                f"tokens must fit the position table: positions run to "
+                f"{start + tokens.shape[1]}, beyond max_len={self.max_len}; "
+                f"got N={tokens.shape[1]} after {start} cached"
+            )
+
+    # --8<-- [end:decoder_face]
+
+
+# --8<-- [start:generate]
+def decode_greedy(model: TinyDecoder, prompt: torch.Tensor, n_new: int, cache: KVCache):
+    """Prefill the cache with the prompt, then feed back one argmax token per step."""
+    tokens, logits = prompt, model(prompt, cache)  # prefill: (B, N0) -> (B, N0, V)
+    for step in range(n_new):
+        next_token = logits[:, -1:].argmax(-1)  # (B, 1)
+        tokens = torch.cat([tokens, next_token], dim=1)
+        if step + 1 < n_new:
+            logits = model(next_token, cache)  # one token: (B, 1) -> (B, 1, V)
+    return tokens
+
+
+# --8<-- [end:generate]
+
+
+# --8<-- [start:face]
 class KVCache:
     """Preallocated key and value buffers for every layer of a decoder.
 
@@ -158,16 +297,34 @@ class KVCache:
         which the first ``seq_len(layer)`` positions are filled.
     """
 
-    def __init__(self, n_layers: int, batch: int, n_kv_heads: int, d_head: int, max_len: int,
-                 *, dtype: torch.dtype = torch.float32, device: torch.device | str | None = None) -> None:
-        for name, value in (("n_layers", n_layers), ("batch", batch), ("n_kv_heads", n_kv_heads),
-                            ("d_head", d_head), ("max_len", max_len)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
-        _check_float_dtype(dtype)
+    def __init__(
+        self,
+        n_layers: int,
+        batch: int,
+        n_kv_heads: int,
+        d_head: int,
+        max_len: int,
+        *,
+        dtype: torch.dtype = torch.float32,
+        device: torch.device | str | None = None,
+    ) -> None:
+        _check_kv_sizes(
+            1,
+            n_layers=n_layers,
+            batch=batch,
+            n_kv_heads=n_kv_heads,
+            d_head=d_head,
+            max_len=max_len,
+        )
+        if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+            raise TypeError(f"dtype must be a floating torch.dtype, got {dtype!r}")
         shape = (batch, n_kv_heads, max_len, d_head)
-        self.k = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(n_layers)]
-        self.v = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(n_layers)]
+        self.k = [
+            torch.zeros(shape, dtype=dtype, device=device) for _ in range(n_layers)
+        ]
+        self.v = [
+            torch.zeros(shape, dtype=dtype, device=device) for _ in range(n_layers)
+        ]
         self.lengths = [0] * n_layers
         self.max_len = max_len
 
@@ -180,7 +337,9 @@ class KVCache:
         """Bytes allocated by the buffers (all of ``max_len``, filled or not)."""
         return sum(t.numel() * t.element_size() for t in self.k + self.v)
 
-    def update(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def update(
+        self, layer: int, k: torch.Tensor, v: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Append the new keys and values of ``layer``; return all stored so far.
 
         Args:
@@ -197,162 +356,17 @@ class KVCache:
         start, n = self.lengths[layer], k.shape[-2]
         if start + n > self.max_len:
             raise ValueError(
-                f"k and v do not fit: the cache holds max_len={self.max_len} tokens; layer {layer} "
-                f"has {start} and got {n} more"
+                f"k and v do not fit: the cache holds max_len={self.max_len} "
+                f"tokens; layer {layer} has {start} and got {n} more"
             )
-        buf_k, buf_v = self.k[layer], self.v[layer]
-        buf_k[:, :, start : start + n] = k  # write in place: no copy of the past
-        buf_v[:, :, start : start + n] = v
         self.lengths[layer] = start + n
-        return buf_k[:, :, : start + n], buf_v[:, :, : start + n]  # (B, H_kv, M, d) each
-# --8<-- [end:cache]
+        return cache_append(self.k[layer], self.v[layer], start, k, v)
 
 
-class CachedSelfAttention(nn.Module):
-    """Causal self-attention that can read and extend a ``KVCache``.
-
-    Args:
-        d_model: D.
-        n_heads: H, query heads; ``d_model`` must be divisible by it.
-        n_kv_heads: H_kv, key/value heads (``n_heads`` when None); must divide ``n_heads``.
-        bias: give the projections a bias.
-
-    Shape:
-        ``(B, N, D) -> (B, N, D)``; with a cache holding P tokens, the N new
-        tokens attend to M = P + N keys.
-    """
-
-    def __init__(self, d_model: int, n_heads: int, n_kv_heads: int | None = None,
-                 *, bias: bool = True) -> None:
-        super().__init__()
-        n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
-        for name, value in (("d_model", d_model), ("n_heads", n_heads), ("n_kv_heads", n_kv_heads)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
-        if d_model % n_heads:
-            raise ValueError(
-                f"d_model must be divisible by n_heads, got d_model={d_model} and n_heads={n_heads}"
-            )
-        if n_heads % n_kv_heads:
-            raise ValueError(
-                f"n_kv_heads must divide n_heads, got n_heads={n_heads} and n_kv_heads={n_kv_heads}"
-            )
-        self.n_heads, self.n_kv_heads = n_heads, n_kv_heads
-        self.d_head = d_model // n_heads
-        self.q_proj = nn.Linear(d_model, n_heads * self.d_head, bias=bias)
-        self.k_proj = nn.Linear(d_model, n_kv_heads * self.d_head, bias=bias)
-        self.v_proj = nn.Linear(d_model, n_kv_heads * self.d_head, bias=bias)
-        self.out_proj = nn.Linear(n_heads * self.d_head, d_model, bias=bias)
-
-    # --8<-- [start:forward]
-    def forward(self, x: torch.Tensor, cache: KVCache | None = None, layer: int = 0) -> torch.Tensor:
-        """Attend causally over the cached tokens and the N new ones.
-
-        Args:
-            x: the new tokens, ``(B, N, D)``.
-            cache: None for a plain causal pass; else the keys and values of
-                ``x`` are appended to it and the queries attend to all of them.
-            layer: which of the cache's layers this module owns.
-
-        Returns:
-            ``(B, N, D)``.
-        """
-        if not isinstance(x, torch.Tensor) or x.dim() != 3 or x.shape[-1] != self.q_proj.in_features:
-            got = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
-            raise ValueError(f"x must have shape (B, N, D) with D = {self.q_proj.in_features}, got {got}")
-        _check_like_module("x", x, self.q_proj.weight)
-        _check_cache(cache, layer, x, self.q_proj.weight)
-        B, N, D = x.shape
-        q = self.q_proj(x).view(B, N, self.n_heads, self.d_head).transpose(1, 2)  # (B, N, D) -> (B, H, N, d)
-        k = self.k_proj(x).view(B, N, self.n_kv_heads, self.d_head).transpose(1, 2)  # (B, N, D) -> (B, H_kv, N, d)
-        v = self.v_proj(x).view(B, N, self.n_kv_heads, self.d_head).transpose(1, 2)  # (B, N, D) -> (B, H_kv, N, d)
-        if cache is not None:
-            k, v = cache.update(layer, k, v)  # (B, H_kv, N, d) -> (B, H_kv, M, d), M = cached + N
-        M = k.shape[-2]
-        if N == M:  # no past: the ordinary triangle
-            mask, is_causal = None, True
-        elif N == 1:  # one new token may see every cached key: no mask at all
-            mask, is_causal = None, False
-        else:
-            # A chunk after a cached prefix: lower-right aligned. PyTorch's is_causal
-            # would align to the upper left and hide most of the prefix.
-            i = torch.arange(N, device=x.device).unsqueeze(-1)  # (N, 1)
-            j = torch.arange(M, device=x.device)  # (M,)
-            mask, is_causal = j <= i + (M - N), False  # (N, 1) vs (M,) -> (N, M)
-        out = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=mask, is_causal=is_causal, enable_gqa=self.n_kv_heads != self.n_heads
-        )  # (B, H, N, d) x (B, H_kv, M, d) -> (B, H, N, d)
-        out = out.transpose(1, 2).reshape(B, N, D)  # (B, H, N, d) -> (B, N, H, d) -> (B, N, D)
-        return self.out_proj(out)  # (B, N, D)
-    # --8<-- [end:forward]
-
-
-class TinyDecoder(nn.Module):
-    """A small decoder-only language model whose layers share one ``KVCache``.
-
-    Token and learned position embeddings, ``n_layers`` pre-norm blocks
-    (causal attention, then a GELU MLP), a final norm and an output projection.
-
-    Args:
-        vocab_size: V, the number of token ids.
-        d_model: D.
-        n_heads: H.
-        n_layers: blocks.
-        n_kv_heads: H_kv (``n_heads`` when None).
-        max_len: the longest sequence the position table covers.
-
-    Shape:
-        tokens ``(B, N)`` (int64) -> logits ``(B, N, V)``.
-    """
-
-    def __init__(self, vocab_size: int, d_model: int, n_heads: int, n_layers: int,
-                 *, n_kv_heads: int | None = None, max_len: int = 512) -> None:
-        super().__init__()
-        _check_ints(1, vocab_size=vocab_size, d_model=d_model, n_layers=n_layers, max_len=max_len)
-        self.max_len = max_len
-        self.embed = nn.Embedding(vocab_size, d_model)
-        self.pos = nn.Embedding(max_len, d_model)
-        self.attn = nn.ModuleList(CachedSelfAttention(d_model, n_heads, n_kv_heads) for _ in range(n_layers))
-        self.norm1 = nn.ModuleList(nn.LayerNorm(d_model) for _ in range(n_layers))
-        self.norm2 = nn.ModuleList(nn.LayerNorm(d_model) for _ in range(n_layers))
-        self.mlp = nn.ModuleList(
-            nn.Sequential(nn.Linear(d_model, 4 * d_model), nn.GELU(), nn.Linear(4 * d_model, d_model))
-            for _ in range(n_layers)
-        )
-        self.norm = nn.LayerNorm(d_model)
-        self.head = nn.Linear(d_model, vocab_size, bias=False)
-
-    def new_cache(self, batch: int, max_len: int | None = None) -> KVCache:
-        """An empty cache shaped for this model."""
-        a = self.attn[0]
-        w = self.head.weight
-        return KVCache(len(self.attn), batch, a.n_kv_heads, a.d_head, max_len or self.max_len,
-                       dtype=w.dtype, device=w.device)
-
-    # --8<-- [start:decoder]
-    def forward(self, tokens: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
-        """Logits for every position of ``tokens``, continuing ``cache`` if given."""
-        B, N = _check_ids("tokens", tokens, self.embed.num_embeddings, self.embed.weight.device)
-        if cache is not None and not isinstance(cache, KVCache):
-            raise TypeError(f"cache must be a KVCache or None, got {type(cache).__name__}")
-        start = cache.seq_len() if cache is not None else 0  # positions continue after the cache
-        if start + N > self.max_len:
-            raise ValueError(
-                f"tokens must fit the position table: positions run to {start + N}, beyond "
-                f"max_len={self.max_len}; got N={N} after {start} cached"
-            )
-        pos = torch.arange(start, start + N, device=tokens.device)  # (N,)
-        x = self.embed(tokens) + self.pos(pos)  # (B, N) -> (B, N, D)
-        for layer, (attn, norm1, norm2, mlp) in enumerate(zip(self.attn, self.norm1, self.norm2, self.mlp)):
-            x = x + attn(norm1(x), cache, layer)
-            x = x + mlp(norm2(x))
-        return self.head(self.norm(x))  # (B, N, D) -> (B, N, V)
-    # --8<-- [end:decoder]
-
-
-# --8<-- [start:generate]
 @torch.no_grad()
-def generate(model: TinyDecoder, prompt: torch.Tensor, n_new: int, *, use_cache: bool = True) -> torch.Tensor:
+def generate(
+    model: TinyDecoder, prompt: torch.Tensor, n_new: int, *, use_cache: bool = True
+) -> torch.Tensor:
     """Greedy decoding: append the most likely next token ``n_new`` times.
 
     Args:
@@ -367,21 +381,85 @@ def generate(model: TinyDecoder, prompt: torch.Tensor, n_new: int, *, use_cache:
     """
     if not isinstance(model, TinyDecoder):
         raise TypeError(f"model must be a TinyDecoder, got {type(model).__name__}")
-    _check_ids("prompt", prompt, model.embed.num_embeddings, model.embed.weight.device)
-    if isinstance(n_new, bool) or not isinstance(n_new, int) or n_new < 0:
-        raise ValueError(f"n_new must be a non-negative int, got {n_new!r}")
+    vocab, device = model.embed.num_embeddings, model.head.weight.device
+    _check_token_ids("prompt", prompt, vocab, device)
+    _check_kv_sizes(0, n_new=n_new)
+    if use_cache:
+        cache = model.new_cache(prompt.shape[0], prompt.shape[1] + n_new)
+        return decode_greedy(model, prompt, n_new, cache)
     tokens = prompt
-    if not use_cache:
-        for _ in range(n_new):
-            logits = model(tokens)  # (B, N0 + t) -> (B, N0 + t, V): the whole past again
-            tokens = torch.cat([tokens, logits[:, -1:].argmax(-1)], dim=1)
-        return tokens
-    cache = model.new_cache(prompt.shape[0], prompt.shape[1] + n_new)
-    logits = model(prompt, cache)  # prefill: (B, N0) -> (B, N0, V), fills the cache
-    for step in range(n_new):
-        next_token = logits[:, -1:].argmax(-1)  # (B, 1)
-        tokens = torch.cat([tokens, next_token], dim=1)
-        if step + 1 < n_new:
-            logits = model(next_token, cache)  # one token: (B, 1) -> (B, 1, V)
+    for _ in range(n_new):  # the whole past again at every step: (B, N0 + t, V)
+        tokens = torch.cat([tokens, model(tokens)[:, -1:].argmax(-1)], dim=1)
     return tokens
-# --8<-- [end:generate]
+
+
+def _describe(t: object) -> str:
+    if isinstance(t, torch.Tensor):
+        return f"{t.dtype} {tuple(t.shape)} on {t.device}"
+    return type(t).__name__
+
+
+def _check_kv_sizes(minimum: int, dtype: object = torch.float32, **values: int) -> None:
+    if not isinstance(dtype, torch.dtype):
+        raise TypeError(f"dtype must be a torch.dtype, got {type(dtype).__name__}")
+    for name, value in values.items():
+        if not isinstance(value, int) or value < minimum:
+            raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
+
+
+def _check_module_input(name: str, t: torch.Tensor, weight: torch.Tensor) -> None:
+    """Refuse t off the module's device, or (outside autocast) of another dtype."""
+    autocast = torch.amp.is_autocast_available(
+        t.device.type
+    ) and torch.is_autocast_enabled(t.device.type)
+    if t.device != weight.device or (t.dtype != weight.dtype and not autocast):
+        raise TypeError(
+            f"{name} must have the module's dtype {weight.dtype} on "
+            f"{weight.device}, got {t.dtype} on {t.device}"
+        )
+
+
+def _check_token_ids(name: str, ids: object, vocab_size: int, device) -> None:
+    """Refuse anything but a (B, N) integer tensor of ids in [0, vocab_size)."""
+    if not isinstance(ids, torch.Tensor) or ids.dtype not in (torch.int64, torch.int32):
+        got = ids.dtype if isinstance(ids, torch.Tensor) else type(ids).__name__
+        raise TypeError(
+            f"{name} must be an int64 or int32 tensor of token ids, got {got}"
+        )
+    if ids.dim() != 2 or ids.device != device:
+        raise ValueError(
+            f"{name} must have shape (B, N) on the model's device {device}, "
+            f"got {_describe(ids)}"
+        )
+    if bool(((ids < 0) | (ids >= vocab_size)).any()):  # one sync
+        raise ValueError(
+            f"{name} must lie in [0, vocab_size={vocab_size}), "
+            f"got ids from {int(ids.min())} to {int(ids.max())}"
+        )
+
+
+def _check_layer(layer: object, n_layers: int) -> None:
+    if not isinstance(layer, int) or not 0 <= layer < n_layers:
+        raise ValueError(f"layer must be an int in [0, {n_layers}), got {layer!r}")
+
+
+def _check_new_kv(k: object, v: object, buffer: torch.Tensor) -> None:
+    """Refuse k and v that are not (B, H_kv, N, d) tensors fitting the buffer."""
+    b, h, _, d = buffer.shape
+    for name, t in (("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor) or (t.dtype, t.device) != (
+            buffer.dtype,
+            buffer.device,
+        ):
+            raise TypeError(
+                f"{name} must have the cache's dtype {buffer.dtype} on "
+                f"{buffer.device}, got {_describe(t)}"
+            )
+    if k.dim() != 4 or k.shape[:2] != (b, h) or k.shape[-1] != d or v.shape != k.shape:
+        raise ValueError(
+            f"k and v must have shape (B, H_kv, N, d) = ({b}, {h}, N, {d}), "
+            f"got k {tuple(k.shape)} and v {tuple(v.shape)}"
+        )
+
+
+# --8<-- [end:face]

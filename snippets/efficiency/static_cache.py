@@ -1,4 +1,4 @@
-"""A static KV cache: fixed-shape decoding that torch.compile and CUDA graphs can capture.
+"""A static KV cache: fixed-shape decoding that torch.compile and CUDA graphs capture.
 
 Papers: the KV cache itself is as old as autoregressive Transformer decoding
 (Vaswani et al. (2017), "Attention Is All You Need", arXiv:1706.03762); a
@@ -9,9 +9,10 @@ Tested against: the dynamic cache of snippets/efficiency/kv_cache.py, token for
 token (tests/test_static_cache.py), and torch.compile with fullgraph=True.
 
 The dynamic cache hands attention a key length M that grows by one per step.
-On a GPU that costs twice: every step launches dozens of tiny kernels from
-Python (the step is launch-bound), and a new M is a new shape, which makes
-cuDNN's attention build a new plan and torch.compile recompile. Here every
+A new M is a new shape: torch.compile recompiles for it (or compiles a
+dynamic-shape graph), a CUDA graph cannot replay it, and a backend that plans
+per shape (cuDNN's attention) plans again. On a GPU each step also launches
+dozens of small kernels from Python; bench/gpu.py measures what that costs. Here every
 buffer has its final size from the start, the position of the new token is a
 tensor, and the mask is computed from it: key j is visible to the query at
 position p when j <= p (the causal triangle aligned to the lower right of the
@@ -35,107 +36,72 @@ from torch import nn
 __all__ = ["StaticKVCache", "static_forward", "generate_static"]
 
 
-def _check_float_dtype(dtype: object) -> None:
-    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
-        raise TypeError(f"dtype must be a floating torch.dtype, got {dtype!r}")
+# --8<-- [start:mask]
+def static_mask(positions: torch.Tensor, max_len: int) -> torch.Tensor:
+    """True = may attend: the query at position p sees keys 0..p, no empty slot."""
+    keys = torch.arange(max_len, device=positions.device)  # (max_len,)
+    return keys <= positions.unsqueeze(-1)  # (N, 1) vs (max_len,) -> (N, max_len)
 
 
-def _check_ids(
-    name: str, ids: object, vocab_size: int | None = None, device: torch.device | None = None
-) -> tuple[int, int]:
-    """Raise unless ``ids`` is a (B, N) integer tensor of ids in [0, vocab_size); return (B, N)."""
-    if not isinstance(ids, torch.Tensor) or ids.dtype not in (torch.int64, torch.int32):
-        got = ids.dtype if isinstance(ids, torch.Tensor) else type(ids).__name__
-        raise TypeError(f"{name} must be an int64 or int32 tensor of token ids, got {got}")
-    if ids.dim() != 2:
-        raise ValueError(f"{name} must have shape (B, N), got {tuple(ids.shape)}")
-    if device is not None and ids.device != device:
-        raise ValueError(f"{name} must be on the model's device {device}, got {ids.device}")
-    if vocab_size is not None and bool(((ids < 0) | (ids >= vocab_size)).any()):  # one sync
-        raise ValueError(
-            f"{name} must lie in [0, vocab_size={vocab_size}), "
-            f"got ids from {int(ids.min())} to {int(ids.max())}"
-        )
-    return ids.shape[0], ids.shape[1]
+# --8<-- [end:mask]
 
 
-def _check_layer(layer: object, n_layers: int) -> None:
-    if isinstance(layer, bool) or not isinstance(layer, int) or not 0 <= layer < n_layers:
-        raise ValueError(f"layer must be an int in [0, {n_layers}), got {layer!r}")
+# --8<-- [start:attend]
+def attend_static(attn: nn.Module, x: torch.Tensor, cache: StaticKVCache, layer: int,
+                  positions: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """One attention layer whose keys are the whole fixed-size buffer, masked."""
+    B, N, D = x.shape
+    q = attn.q_proj(x).view(B, N, attn.n_heads, -1).transpose(1, 2)  # (B, H, N, d)
+    k = attn.k_proj(x).view(B, N, attn.n_kv_heads, -1).transpose(1, 2)
+    v = attn.v_proj(x).view(B, N, attn.n_kv_heads, -1).transpose(1, 2)
+    k, v = cache.write(layer, positions, k, v)  # -> (B, H_kv, max_len, d): a fixed M
+    gqa = attn.n_kv_heads != attn.n_heads
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=gqa)
+    return attn.out_proj(out.transpose(1, 2).reshape(B, N, D))  # (B, N, D)
+# --8<-- [end:attend]
 
 
-def _check_new_kv(k: object, v: object, buffer: torch.Tensor) -> None:
-    """Raise unless k and v are (B, H_kv, N, d) tensors that fit the cache's ``buffer``."""
-    b, h, _, d = buffer.shape
-    for name, t in (("k", k), ("v", v)):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-        if t.dtype != buffer.dtype or t.device != buffer.device:
-            raise TypeError(
-                f"{name} must have the cache's dtype {buffer.dtype} on {buffer.device}, "
-                f"got {t.dtype} on {t.device}"
-            )
-    if k.dim() != 4 or k.shape[:2] != (b, h) or k.shape[-1] != d or v.shape != k.shape:
-        raise ValueError(
-            f"k and v must have shape (B, H_kv, N, d) = ({b}, {h}, N, {d}), "
-            f"got k {tuple(k.shape)} and v {tuple(v.shape)}"
-        )
+# --8<-- [start:step]
+def decode_step(
+    model: nn.Module,
+    cache: StaticKVCache,
+    tokens: torch.Tensor,
+    positions: torch.Tensor,
+) -> torch.Tensor:
+    """Logits for tokens (B, N) at positions (N,): every shape is the same each step."""
+    x = model.embed(tokens) + model.pos(positions)  # (B, N) -> (B, N, D)
+    mask = static_mask(positions, cache.max_len)  # (N, max_len)
+    blocks = zip(model.attn, model.norm1, model.norm2, model.mlp)
+    for layer, (attn, norm1, norm2, mlp) in enumerate(blocks):
+        x = x + attend_static(attn, norm1(x), cache, layer, positions, mask)
+        x = x + mlp(norm2(x))
+    return model.head(model.norm(x))  # (B, N, D) -> (B, N, V)
 
 
-# The parts of a decoder that these functions read (kv_cache.py's TinyDecoder has them all).
-_DECODER_PARTS = ("embed", "pos", "attn", "norm1", "norm2", "mlp", "norm", "head")
+# --8<-- [end:step]
 
 
-def _check_decoder(model: object) -> None:
-    if not isinstance(model, nn.Module) or not all(hasattr(model, part) for part in _DECODER_PARTS):
-        raise TypeError(
-            f"model must be a decoder laid out like kv_cache.py's TinyDecoder (with "
-            f"{', '.join(_DECODER_PARTS)}), got {type(model).__name__}"
-        )
+# --8<-- [start:generate]
+def decode_greedy_static(model, prompt: torch.Tensor, n_new: int, step) -> torch.Tensor:
+    """Prefill eagerly, then run one fixed-shape step per new token."""
+    B, N0 = prompt.shape
+    cache = StaticKVCache.for_model(model, B, N0 + n_new)
+    logits = decode_step(model, cache, prompt, torch.arange(N0, device=prompt.device))
+    position = torch.tensor([N0], device=prompt.device)  # (1,): advanced in place
+    tokens = prompt
+    for i in range(n_new):
+        next_token = logits[:, -1:].argmax(-1)  # (B, 1), read before the next replay
+        tokens = torch.cat([tokens, next_token], dim=1)
+        if i + 1 < n_new:
+            logits = step(model, cache, next_token, position)  # (B, 1, V), one shape
+            position += 1
+    return tokens
 
 
-def _check_step_positions(positions: object, n: int | None = None, device: torch.device | None = None) -> None:
-    """Raise unless ``positions`` is an int64 ``(N,)`` tensor (of length ``n``, on ``device``, when given)."""
-    if not isinstance(positions, torch.Tensor) or positions.dtype != torch.int64:
-        got = positions.dtype if isinstance(positions, torch.Tensor) else type(positions).__name__
-        raise TypeError(f"positions must be an int64 tensor, got {got}")
-    if positions.dim() != 1 or (n is not None and positions.shape[0] != n):
-        want = "(N,)" if n is None else f"(N,) = ({n},), one per token"
-        raise ValueError(f"positions must have shape {want}, got {tuple(positions.shape)}")
-    if device is not None and positions.device != device:
-        raise ValueError(f"positions must be on the device of the tokens {device}, got {positions.device}")
+# --8<-- [end:generate]
 
 
-def _check_static_call(model: nn.Module, cache: object, tokens: object, positions: object) -> None:
-    """Raise unless the decoder, its cache, the (B, N) tokens and their (N,) positions fit together."""
-    _check_decoder(model)
-    if not isinstance(cache, StaticKVCache):
-        raise TypeError(f"cache must be a StaticKVCache, got {type(cache).__name__}")
-    if cache.n_layers != len(model.attn):
-        raise ValueError(f"cache must have one layer per attention layer of model ({len(model.attn)}), "
-                         f"got {cache.n_layers}")
-    b, n = _check_ids("tokens", tokens, None, model.head.weight.device)
-    if b != cache.k_0.shape[0]:
-        raise ValueError(f"tokens must have the cache's batch size {cache.k_0.shape[0]}, got shape {(b, n)}")
-    _check_step_positions(positions, n, tokens.device)
-
-
-def _check_generate_static(model: object, prompt: object, n_new: object, compile_options: object) -> None:
-    _check_decoder(model)
-    _check_ids("prompt", prompt, model.embed.num_embeddings, model.head.weight.device)  # one sync, before the loop
-    if isinstance(n_new, bool) or not isinstance(n_new, int) or n_new < 0:
-        raise ValueError(f"n_new must be a non-negative int, got {n_new!r}")
-    if compile_options is not None and not isinstance(compile_options, dict):
-        raise TypeError(f"compile_options must be a dict or None, got {type(compile_options).__name__}")
-    n_positions = model.pos.num_embeddings
-    if prompt.shape[1] + n_new > n_positions:
-        raise ValueError(
-            f"n_new must keep N0 + n_new within the {n_positions} positions of the model's position "
-            f"table, got n_new={n_new} after a prompt of N0={prompt.shape[1]}"
-        )
-
-
-# --8<-- [start:cache]
+# --8<-- [start:face]
 class StaticKVCache(nn.Module):
     """Key and value buffers of their final size, registered as module buffers.
 
@@ -155,62 +121,81 @@ class StaticKVCache(nn.Module):
         ``k_{layer}`` and ``v_{layer}``: ``(B, H_kv, max_len, d)``.
     """
 
-    def __init__(self, n_layers: int, batch: int, n_kv_heads: int, d_head: int, max_len: int,
-                 *, dtype: torch.dtype = torch.float32, device: torch.device | str | None = None) -> None:
+    def __init__(
+        self,
+        n_layers: int,
+        batch: int,
+        n_kv_heads: int,
+        d_head: int,
+        max_len: int,
+        *,
+        dtype: torch.dtype = torch.float32,
+        device: torch.device | str | None = None,
+    ) -> None:
         super().__init__()
-        for name, value in (("n_layers", n_layers), ("batch", batch), ("n_kv_heads", n_kv_heads),
-                            ("d_head", d_head), ("max_len", max_len)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
-        _check_float_dtype(dtype)
+        _check_positive(
+            n_layers=n_layers,
+            batch=batch,
+            n_kv_heads=n_kv_heads,
+            d_head=d_head,
+            max_len=max_len,
+        )
+        if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+            raise TypeError(f"dtype must be a floating torch.dtype, got {dtype!r}")
         self.n_layers, self.max_len = n_layers, max_len
         for layer in range(n_layers):
             for kind in ("k", "v"):
-                self.register_buffer(f"{kind}_{layer}", torch.zeros(
-                    batch, n_kv_heads, max_len, d_head, dtype=dtype, device=device))
+                self.register_buffer(
+                    f"{kind}_{layer}",
+                    torch.zeros(
+                        batch, n_kv_heads, max_len, d_head, dtype=dtype, device=device
+                    ),
+                )
 
     @classmethod
-    def for_model(cls, model: nn.Module, batch: int, max_len: int) -> "StaticKVCache":
+    def for_model(cls, model: nn.Module, batch: int, max_len: int) -> StaticKVCache:
         """A cache shaped for ``model``'s layers, heads, dtype and device."""
         _check_decoder(model)
         a, w = model.attn[0], model.head.weight
-        return cls(len(model.attn), batch, a.n_kv_heads, a.d_head, max_len, dtype=w.dtype, device=w.device)
+        return cls(
+            len(model.attn),
+            batch,
+            a.n_kv_heads,
+            a.d_head,
+            max_len,
+            dtype=w.dtype,
+            device=w.device,
+        )
 
-    def write(self, layer: int, positions: torch.Tensor, k: torch.Tensor,
-              v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Store ``k, v`` ``(B, H_kv, N, d)`` at ``positions`` ``(N,)``; return the whole buffers."""
-        _check_layer(layer, self.n_layers)
+    def write(
+        self, layer: int, positions: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Store k, v ``(B, H_kv, N, d)`` at positions ``(N,)``; return the buffers."""
+        if not isinstance(layer, int) or not 0 <= layer < self.n_layers:
+            raise ValueError(
+                f"layer must be an int in [0, {self.n_layers}), got {layer!r}"
+            )
         buf_k, buf_v = getattr(self, f"k_{layer}"), getattr(self, f"v_{layer}")
         _check_new_kv(k, v, buf_k)
         _check_step_positions(positions, k.shape[2], buf_k.device)
-        buf_k.index_copy_(2, positions, k)  # in place: same storage, same shape, every step
+        buf_k.index_copy_(
+            2, positions, k
+        )  # in place: same storage and shape every step
         buf_v.index_copy_(2, positions, v)
         return buf_k, buf_v  # (B, H_kv, max_len, d) each
 
     def mask(self, positions: torch.Tensor) -> torch.Tensor:
-        """True = may attend: the query at position p sees keys 0..p, never the empty slots after."""
+        """``static_mask`` for this cache: ``(N, max_len)``, True = may attend."""
         _check_step_positions(positions)
-        keys = torch.arange(self.max_len, device=positions.device)  # (max_len,)
-        return keys <= positions.unsqueeze(-1)  # (N, 1) vs (max_len,) -> (N, max_len)
-# --8<-- [end:cache]
+        return static_mask(positions, self.max_len)
 
 
-def _attend_static(attn: nn.Module, x: torch.Tensor, cache: StaticKVCache, layer: int,
-            positions: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    B, N, D = x.shape
-    q = attn.q_proj(x).view(B, N, attn.n_heads, attn.d_head).transpose(1, 2)  # (B, N, D) -> (B, H, N, d)
-    k = attn.k_proj(x).view(B, N, attn.n_kv_heads, attn.d_head).transpose(1, 2)  # (B, N, D) -> (B, H_kv, N, d)
-    v = attn.v_proj(x).view(B, N, attn.n_kv_heads, attn.d_head).transpose(1, 2)  # (B, N, D) -> (B, H_kv, N, d)
-    k, v = cache.write(layer, positions, k, v)  # -> (B, H_kv, max_len, d): a fixed M
-    out = F.scaled_dot_product_attention(
-        q, k, v, attn_mask=mask, enable_gqa=attn.n_kv_heads != attn.n_heads
-    )  # (B, H, N, d) x (B, H_kv, max_len, d) -> (B, H, N, d)
-    return attn.out_proj(out.transpose(1, 2).reshape(B, N, D))  # (B, H, N, d) -> (B, N, D)
-
-
-# --8<-- [start:forward]
-def static_forward(model: nn.Module, cache: StaticKVCache, tokens: torch.Tensor,
-                   positions: torch.Tensor) -> torch.Tensor:
+def static_forward(
+    model: nn.Module,
+    cache: StaticKVCache,
+    tokens: torch.Tensor,
+    positions: torch.Tensor,
+) -> torch.Tensor:
     """Logits for ``tokens`` at ``positions``, reading and writing the static cache.
 
     Args:
@@ -224,19 +209,17 @@ def static_forward(model: nn.Module, cache: StaticKVCache, tokens: torch.Tensor,
         ``(B, N, V)`` logits.
     """
     _check_static_call(model, cache, tokens, positions)
-    x = model.embed(tokens) + model.pos(positions)  # (B, N) -> (B, N, D)
-    mask = cache.mask(positions)  # (N, max_len), the same shape at every step
-    for layer, (attn, norm1, norm2, mlp) in enumerate(zip(model.attn, model.norm1, model.norm2, model.mlp)):
-        x = x + _attend_static(attn, norm1(x), cache, layer, positions, mask)
-        x = x + mlp(norm2(x))
-    return model.head(model.norm(x))  # (B, N, D) -> (B, N, V)
-# --8<-- [end:forward]
+    return decode_step(model, cache, tokens, positions)
 
 
-# --8<-- [start:generate]
 @torch.no_grad()
-def generate_static(model: nn.Module, prompt: torch.Tensor, n_new: int, *,
-                    compile_options: dict | None = None) -> torch.Tensor:
+def generate_static(
+    model: nn.Module,
+    prompt: torch.Tensor,
+    n_new: int,
+    *,
+    compile_options: dict | None = None,
+) -> torch.Tensor:
     """Greedy decoding with a static cache: the same tokens as the dynamic cache.
 
     Args:
@@ -251,17 +234,141 @@ def generate_static(model: nn.Module, prompt: torch.Tensor, n_new: int, *,
         ``(B, N0 + n_new)`` token ids.
     """
     _check_generate_static(model, prompt, n_new, compile_options)
-    B, N0 = prompt.shape
-    cache = StaticKVCache.for_model(model, B, N0 + n_new)
-    step = static_forward if compile_options is None else torch.compile(static_forward, **compile_options)
-    logits = static_forward(model, cache, prompt, torch.arange(N0, device=prompt.device))  # prefill, eager
-    position = torch.tensor([N0], device=prompt.device)  # (1,): advanced in place, never rebuilt
-    tokens = prompt
-    for i in range(n_new):
-        next_token = logits[:, -1:].argmax(-1)  # (B, 1); read before the next replay overwrites logits
-        tokens = torch.cat([tokens, next_token], dim=1)
-        if i + 1 < n_new:
-            logits = step(model, cache, next_token, position)  # (B, 1) -> (B, 1, V), one fixed shape
-            position += 1
-    return tokens
-# --8<-- [end:generate]
+    step = (
+        decode_step
+        if compile_options is None
+        else torch.compile(decode_step, **compile_options)
+    )
+    return decode_greedy_static(model, prompt, n_new, step)
+
+
+# The parts of a decoder that these functions read (kv_cache.py's TinyDecoder has them).
+_DECODER_PARTS = ("embed", "pos", "attn", "norm1", "norm2", "mlp", "norm", "head")
+
+
+def _describe(t: object) -> str:
+    if isinstance(t, torch.Tensor):
+        return f"{t.dtype} {tuple(t.shape)} on {t.device}"
+    return type(t).__name__
+
+
+def _check_positive(**values: object) -> None:
+    for name, value in values.items():
+        if not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be a positive int, got {value!r}")
+
+
+def _check_decoder(model: object) -> None:
+    if not isinstance(model, nn.Module) or not all(
+        hasattr(model, p) for p in _DECODER_PARTS
+    ):
+        raise TypeError(
+            f"model must be a decoder laid out like kv_cache.py's TinyDecoder "
+            f"(with {', '.join(_DECODER_PARTS)}), got {type(model).__name__}"
+        )
+
+
+def _check_token_tensor(name: str, ids: object, device: torch.device) -> None:
+    """Refuse anything but a (B, N) integer tensor of ids on the model's device."""
+    if not isinstance(ids, torch.Tensor) or ids.dtype not in (torch.int64, torch.int32):
+        got = ids.dtype if isinstance(ids, torch.Tensor) else type(ids).__name__
+        raise TypeError(
+            f"{name} must be an int64 or int32 tensor of token ids, got {got}"
+        )
+    if ids.dim() != 2 or ids.device != device:
+        raise ValueError(
+            f"{name} must have shape (B, N) on the model's device {device}, "
+            f"got {_describe(ids)}"
+        )
+
+
+def _check_new_kv(k: object, v: object, buffer: torch.Tensor) -> None:
+    """Refuse k and v that are not (B, H_kv, N, d) tensors fitting the buffer."""
+    b, h, _, d = buffer.shape
+    for name, t in (("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor) or (t.dtype, t.device) != (
+            buffer.dtype,
+            buffer.device,
+        ):
+            raise TypeError(
+                f"{name} must have the cache's dtype {buffer.dtype} on "
+                f"{buffer.device}, got {_describe(t)}"
+            )
+    if k.dim() != 4 or k.shape[:2] != (b, h) or k.shape[-1] != d or v.shape != k.shape:
+        raise ValueError(
+            f"k and v must have shape (B, H_kv, N, d) = ({b}, {h}, N, {d}), "
+            f"got k {tuple(k.shape)} and v {tuple(v.shape)}"
+        )
+
+
+def _check_step_positions(
+    positions: object, n: int | None = None, device: torch.device | None = None
+) -> None:
+    """Refuse positions that are not an int64 (N,) tensor beside the tokens."""
+    if not isinstance(positions, torch.Tensor) or positions.dtype != torch.int64:
+        got = (
+            positions.dtype
+            if isinstance(positions, torch.Tensor)
+            else type(positions).__name__
+        )
+        raise TypeError(f"positions must be an int64 tensor, got {got}")
+    if (
+        positions.dim() != 1
+        or positions.shape[0] != (n or positions.shape[0])
+        or positions.device != (device or positions.device)
+    ):
+        raise ValueError(
+            f"positions must have shape (N,), one per token (N = {n}), on "
+            f"{device}, got {_describe(positions)}"
+        )
+
+
+def _check_static_call(
+    model: nn.Module, cache: object, tokens: object, positions: object
+) -> None:
+    """Refuse a decoder, cache, (B, N) tokens and (N,) positions that do not fit."""
+    _check_decoder(model)
+    if not isinstance(cache, StaticKVCache):
+        raise TypeError(f"cache must be a StaticKVCache, got {type(cache).__name__}")
+    if cache.n_layers != len(model.attn):
+        raise ValueError(
+            f"cache must have one layer per attention layer of model "
+            f"({len(model.attn)}), got {cache.n_layers}"
+        )
+    _check_token_tensor("tokens", tokens, model.head.weight.device)
+    if tokens.shape[0] != cache.k_0.shape[0]:
+        raise ValueError(
+            f"tokens must have the cache's batch size {cache.k_0.shape[0]}, "
+            f"got shape {tuple(tokens.shape)}"
+        )
+    _check_step_positions(positions, tokens.shape[1], tokens.device)
+
+
+def _check_generate_static(
+    model: object, prompt: object, n_new: object, compile_options: object
+) -> None:
+    _check_decoder(model)
+    _check_token_tensor("prompt", prompt, model.head.weight.device)
+    vocab = model.embed.num_embeddings
+    if bool(((prompt < 0) | (prompt >= vocab)).any()):  # one sync, before the loop
+        raise ValueError(
+            f"prompt must lie in [0, vocab_size={vocab}), "
+            f"got ids from {int(prompt.min())} to {int(prompt.max())}"
+        )
+    if not isinstance(n_new, int) or n_new < 0:
+        raise ValueError(f"n_new must be a non-negative int, got {n_new!r}")
+    if compile_options is not None and not isinstance(compile_options, dict):
+        raise TypeError(
+            f"compile_options must be a dict or None, "
+            f"got {type(compile_options).__name__}"
+        )
+    n_positions = model.pos.num_embeddings
+    if prompt.shape[1] + n_new > n_positions:
+        raise ValueError(
+            f"n_new must keep N0 + n_new within the {n_positions} positions of "
+            f"the model's position table, got n_new={n_new} after a prompt of "
+            f"N0={prompt.shape[1]}"
+        )
+
+
+# --8<-- [end:face]
