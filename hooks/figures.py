@@ -134,8 +134,11 @@ def render_script(script: pathlib.Path, target: pathlib.Path) -> list[str]:
     if figures_dir not in sys.path:
         sys.path.insert(0, figures_dir)
     # A fresh copy of the shared style, so an edited _style.py takes effect.
-    for name in [n for n, m in sys.modules.items() if str(getattr(m, "__file__", "") or "").startswith(figures_dir + os.sep)]:
-        del sys.modules[name]
+    # list(): the example threads import while figures draw, so the dict moves.
+    own_modules = [n for n, m in list(sys.modules.items())
+                   if str(getattr(m, "__file__", "") or "").startswith(figures_dir + os.sep)]
+    for name in own_modules:
+        sys.modules.pop(name, None)
     name = f"field_guide_figure_{script.stem}"
     spec = importlib.util.spec_from_file_location(name, script)
     module = importlib.util.module_from_spec(spec)

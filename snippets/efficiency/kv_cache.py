@@ -247,7 +247,7 @@ class TinyDecoder(nn.Module):
 
     def _check_forward(self, tokens: torch.Tensor, cache: KVCache | None) -> None:
         """Refuse ids out of range and positions beyond the table."""
-        _check_token_ids(
+        _check_prompt_ids(
             "tokens", tokens, self.embed.num_embeddings, self.embed.weight.device
         )
         if cache is not None and not isinstance(cache, KVCache):
@@ -382,7 +382,7 @@ def generate(
     if not isinstance(model, TinyDecoder):
         raise TypeError(f"model must be a TinyDecoder, got {type(model).__name__}")
     vocab, device = model.embed.num_embeddings, model.head.weight.device
-    _check_token_ids("prompt", prompt, vocab, device)
+    _check_prompt_ids("prompt", prompt, vocab, device)
     _check_kv_sizes(0, n_new=n_new)
     if use_cache:
         cache = model.new_cache(prompt.shape[0], prompt.shape[1] + n_new)
@@ -419,7 +419,7 @@ def _check_module_input(name: str, t: torch.Tensor, weight: torch.Tensor) -> Non
         )
 
 
-def _check_token_ids(name: str, ids: object, vocab_size: int, device) -> None:
+def _check_prompt_ids(name: str, ids: object, vocab_size: int, device) -> None:
     """Refuse anything but a (B, N) integer tensor of ids in [0, vocab_size)."""
     if not isinstance(ids, torch.Tensor) or ids.dtype not in (torch.int64, torch.int32):
         got = ids.dtype if isinstance(ids, torch.Tensor) else type(ids).__name__

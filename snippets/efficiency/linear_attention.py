@@ -62,7 +62,8 @@ def _check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         )
     if not (q.device == k.device == v.device):
         raise ValueError(
-            f"q, k and v must be on one device, got {q.device}, {k.device} and {v.device}"
+            f"q, k and v must be on one device, got {q.device}, {k.device} "
+            f"and {v.device}"
         )
     if q.shape[-1] != k.shape[-1]:
         raise ValueError(

@@ -198,7 +198,7 @@ def varlen_attention(
 
 
 # --8<-- [start:validate]
-def _describe(x: object) -> str:
+def _dtype_and_shape(x: object) -> str:
     """A tensor's dtype and shape, or another object's type, for an error message."""
     if isinstance(x, torch.Tensor):
         return f"{x.dtype} {tuple(x.shape)}"
@@ -215,7 +215,7 @@ def _check_cu_seqlens(cu: torch.Tensor) -> None:
     if not isinstance(cu, torch.Tensor) or cu.dim() != 1 or cu.is_floating_point() \
             or cu.dtype == torch.bool or len(cu) < 2:
         raise ValueError(f"cu_seqlens must be a 1-D integer tensor [0, ..., T], "
-                         f"got {_describe(cu)}")
+                         f"got {_dtype_and_shape(cu)}")
     if cu[0] != 0 or bool((cu[1:] <= cu[:-1]).any()):
         raise ValueError(f"cu_seqlens must start at 0 and increase, got {cu.tolist()}")
 
@@ -228,7 +228,7 @@ def _check_window(window: int | None) -> None:
 def _check_mask_args(doc: torch.Tensor, window: int | None) -> None:
     if not isinstance(doc, torch.Tensor) or doc.dim() != 1 or doc.is_floating_point():
         raise ValueError(f"doc must be a 1-D integer tensor of document ids, "
-                         f"got {_describe(doc)}")
+                         f"got {_dtype_and_shape(doc)}")
     _check_window(window)
 
 
@@ -236,7 +236,7 @@ def _check_packed(q, k, v, cu_seqlens, window, scale) -> None:
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor) or not t.is_floating_point() or t.dim() != 3:
             raise ValueError(f"{name} must be a floating tensor (T, H, d), "
-                             f"got {_describe(t)}")
+                             f"got {_dtype_and_shape(t)}")
         if t.dtype != q.dtype or t.device != q.device:
             raise ValueError(f"{name} must match q's dtype {q.dtype} and device "
                              f"{q.device}, got {t.dtype} on {t.device}")

@@ -167,7 +167,7 @@ class PagedKVCache:
     def __init__(self, n_pages: int, page_size: int, n_kv_heads: int, d_head: int, *,
                  dtype: torch.dtype = torch.float32,
                  device: torch.device | str | None = None) -> None:
-        _check_counts(1, n_pages=n_pages, page_size=page_size, n_kv_heads=n_kv_heads,
+        _check_ints_at_least(1, n_pages=n_pages, page_size=page_size, n_kv_heads=n_kv_heads,
                       d_head=d_head)
         if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
             raise TypeError(f"dtype must be a floating torch.dtype, got {dtype!r}")
@@ -254,10 +254,10 @@ def ragged_causal_mask(lengths: list[int], n: int, *, padding: str = "right",
     """
     if padding not in ("left", "right"):
         raise ValueError(f"padding must be 'left' or 'right', got {padding!r}")
-    _check_counts(0, n=n)
+    _check_ints_at_least(0, n=n)
     if not isinstance(lengths, (list, tuple)) or not lengths:
         raise ValueError(f"lengths must be a non-empty list of ints, got {lengths!r}")
-    _check_counts(0, **{f"lengths[{i}]": length for i, length in enumerate(lengths)})
+    _check_ints_at_least(0, **{f"lengths[{i}]": length for i, length in enumerate(lengths)})
     if max(lengths) > n:
         i = max(range(len(lengths)), key=lambda i: lengths[i])
         raise ValueError(f"lengths[{i}] must be <= n = {n}, got {lengths[i]}")
@@ -352,7 +352,7 @@ def _describe(t: object) -> str:
     return type(t).__name__
 
 
-def _check_counts(minimum: int, **values: object) -> None:
+def _check_ints_at_least(minimum: int, **values: object) -> None:
     for name, value in values.items():
         if not isinstance(value, int) or value < minimum:
             raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
@@ -404,7 +404,7 @@ def _check_split_kv(q: object, k: object, v: object, n_splits: object) -> None:
     if not (q.dtype == k.dtype == v.dtype and q.device == k.device == v.device):
         raise TypeError(f"q, k and v must share one dtype and device, got "
                         f"{_describe(q)}, {_describe(k)} and {_describe(v)}")
-    _check_counts(1, n_splits=n_splits)
+    _check_ints_at_least(1, n_splits=n_splits)
     if n_splits > k.shape[-2]:
         raise ValueError(f"n_splits must be <= M = {k.shape[-2]} so that no chunk is "
                          f"empty, got {n_splits}")
@@ -422,6 +422,6 @@ def _check_speculative(target: object, draft: object, prompt: object, n_new: obj
             prompt.shape[0] != 1 or prompt.dtype not in ids:
         raise ValueError(f"prompt must be a (1, N0) tensor of integer ids, "
                          f"got {_describe(prompt)}")
-    _check_counts(0, n_new=n_new)
-    _check_counts(1, n_draft=n_draft)
+    _check_ints_at_least(0, n_new=n_new)
+    _check_ints_at_least(1, n_draft=n_draft)
 # --8<-- [end:face]

@@ -109,7 +109,7 @@ def stick_breaking_attention(
 
 
 # --8<-- [start:validate]
-def _describe(x: object) -> str:
+def _dtype_and_shape(x: object) -> str:
     """A tensor's dtype and shape, or another object's type, for an error message."""
     if isinstance(x, torch.Tensor):
         return f"{x.dtype} {tuple(x.shape)}"
@@ -120,7 +120,7 @@ def _check_heads(q, k, v, scale) -> None:
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor) or not t.is_floating_point() or t.dim() != 4:
             raise ValueError(f"{name} must be a floating (B, H, N, d) tensor, "
-                             f"got {_describe(t)}")
+                             f"got {_dtype_and_shape(t)}")
         if t.dtype != q.dtype or t.device != q.device:
             raise ValueError(f"{name} must have q's dtype {q.dtype} and device "
                              f"{q.device}, got {t.dtype} on {t.device}")
@@ -137,7 +137,7 @@ def _check_log_f(log_f: torch.Tensor) -> None:
     if not isinstance(log_f, torch.Tensor) or not log_f.is_floating_point() \
             or log_f.dim() != 3:
         raise ValueError(f"log_f must be a floating (B, H, N) tensor of log forget "
-                         f"gates, got {_describe(log_f)}")
+                         f"gates, got {_dtype_and_shape(log_f)}")
     if bool((log_f > 0).any()):
         raise ValueError(f"log_f must be <= 0 (gates in (0, 1]), got a largest "
                          f"value of {float(log_f.max()):.3g}")
