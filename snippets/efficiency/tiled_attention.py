@@ -109,7 +109,7 @@ def online_softmax(x: torch.Tensor, *, block_size: int = 1) -> torch.Tensor:
     """
     if not isinstance(x, torch.Tensor) or not x.is_floating_point() or x.dim() < 1:
         raise TypeError(f"x must be a floating tensor (..., M), got {_describe(x)}")
-    _check_block_sizes(block_size=block_size)
+    _check_tile_sizes(block_size=block_size)
     return softmax_one_pass(x, block_size)
 
 
@@ -151,7 +151,7 @@ def tiled_attention(
     """
     _check_tiled_qkv(q, k, v)
     bq = max(q.shape[-2], 1) if block_size_q is None else block_size_q
-    _check_block_sizes(block_size_k=block_size_k, block_size_q=bq)
+    _check_tile_sizes(block_size_k=block_size_k, block_size_q=bq)
     if scale is not None and not (
         isinstance(scale, (int, float)) and 0 < scale < math.inf
     ):
@@ -185,7 +185,7 @@ def _describe(t: object) -> str:
     return type(t).__name__
 
 
-def _check_block_sizes(**sizes: object) -> None:
+def _check_tile_sizes(**sizes: object) -> None:
     """Refuse a block size that is not a positive int: the loop would never end."""
     for name, value in sizes.items():
         if not isinstance(value, int) or value < 1:
