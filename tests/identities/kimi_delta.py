@@ -9,6 +9,8 @@ import torch.nn.functional as F
 
 from identities import identity
 from snippets.linear import delta_rule as dr
+from snippets.linear import gated_linear_attention as gla
+from snippets.linear import generalised_delta_rule as gdr
 from snippets.linear import kimi_delta_attention as kda
 
 PAGE = "linear/kimi-delta-attention.md"
@@ -66,3 +68,23 @@ def kda_equals_transformers():
     chunked = kimi.chunk_kimi_delta_attention(*bnhd, chunk_size=16)[0].transpose(1, 2)
     ours = (kda.kda_recurrent(q, k, v, beta, g)[0], kda.kda_chunked(q, k, v, beta, g, chunk_size=16)[0])
     return torch.cat([o.flatten() for o in ours]), torch.cat([theirs.flatten(), chunked.flatten()])
+
+
+@identity("rwkv7-rule-contains-kda",
+          "RWKV-7's generalised delta rule with a = -(alpha * k), b = beta k and key beta k "
+          "equals Kimi Delta Attention", page=PAGE, tol=1e-12)
+def rwkv7_rule_contains_kda():
+    q, k, v, beta, g = _inputs()
+    bk = beta.unsqueeze(-1) * k
+    ours = gdr.generalised_delta_recurrent(q, bk, v, g, -(g.exp() * k), bk, scale=5 ** -0.5)
+    return ours[0], kda.kda_recurrent(q, k, v, beta, g)[0]
+
+
+@identity("rwkv7-rule-without-transition-is-gla",
+          "RWKV-7's generalised delta rule with a = b = 0 equals gated linear attention",
+          page=PAGE, tol=1e-12)
+def rwkv7_rule_without_transition_is_gla():
+    q, k, v, _, g = _inputs()
+    zero = torch.zeros_like(k)
+    return (gdr.generalised_delta_recurrent(q, k, v, g, zero, zero, scale=5 ** -0.5)[0],
+            gla.gla_recurrent(q, k, v, g))
