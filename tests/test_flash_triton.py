@@ -5,11 +5,12 @@ Proves: the Triton FlashAttention-2 kernels give the outputs and the gradients
 here independently) and not, at lengths that no tile size divides (N != M both
 ways, so some causal rows are empty), head widths 64 and 128, float16 and
 bfloat16, within twice the error SDPA itself makes in that dtype (plus one
-rounding step); the saved
-log-sum-exp equals torch.logsumexp of the masked scores (-inf for empty rows,
-whose outputs and gradients are zeros); a custom scale and the default tiles
-work; causal outputs ignore future keys; large logits stay finite; every
-validation message is raised.
+rounding step); float32 to float32 rounding (IEEE products, not TF32); 3-D
+(B*H, N, d) input equals the 4-D call; the saved log-sum-exp equals
+torch.logsumexp of the masked scores (-inf for empty rows, whose outputs and
+gradients are zeros); empty lengths give an empty output or zeros; a custom
+scale and the default tiles work; causal outputs ignore future keys; large
+logits stay finite; every validation message is raised.
 
 On the CPU the kernels run through Triton's interpreter: tests/conftest.py sets
 TRITON_INTERPRET=1 before triton is imported where no CUDA device exists, and
@@ -29,7 +30,8 @@ import torch.nn.functional as F
 
 pytest.importorskip("triton")  # Linux wheels only
 
-FILE = pathlib.Path(__file__).resolve().parents[1] / "snippets" / "efficiency" / "flash_triton.py"
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+FILE = ROOT / "snippets" / "efficiency" / "flash_triton.py"
 _loaded: dict[bool, object] = {}
 
 
@@ -41,7 +43,8 @@ def load_flash(interpret: bool):
         old = os.environ.get("TRITON_INTERPRET")
         os.environ["TRITON_INTERPRET"] = "1" if interpret else "0"
         try:
-            spec = importlib.util.spec_from_file_location(f"flash_triton_interpret_{interpret}", FILE)
+            name = f"flash_triton_interpret_{interpret}"
+            spec = importlib.util.spec_from_file_location(name, FILE)
             module = importlib.util.module_from_spec(spec)
             spec.loader.exec_module(module)
         finally:
@@ -55,11 +58,13 @@ def load_flash(interpret: bool):
 
 @pytest.fixture
 def flash(device):
-    interpreting = os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "on", "yes")
+    flag = os.environ.get("TRITON_INTERPRET", "0").lower()
+    interpreting = flag in ("1", "true", "on", "yes")
     if device == "cpu" and not interpreting:
-        pytest.skip("CPU tensors need Triton's interpreter: TRITON_INTERPRET=1 before triton is imported")
+        pytest.skip("CPU tensors need Triton's interpreter: TRITON_INTERPRET=1 before "
+                    "triton is imported")
     if device == "cuda" and interpreting:
-        pytest.skip("TRITON_INTERPRET is set: the compiled kernels cannot run in this process")
+        pytest.skip("TRITON_INTERPRET is set: the compiled kernels cannot run here")
     if device not in ("cpu", "cuda"):
         pytest.skip(f"Triton has no backend for {device}")
     return load_flash(interpret=interpreting)
@@ -72,7 +77,8 @@ def lower_right_mask(n: int, m: int) -> torch.Tensor:
 
 def inputs(B, H, N, M, d, dtype, seed=0):
     g = torch.Generator(device=torch.get_default_device()).manual_seed(seed)
-    return [torch.randn(B, H, n, d, generator=g).to(dtype).requires_grad_() for n in (N, M, M)]
+    return [torch.randn(B, H, n, d, generator=g).to(dtype).requires_grad_()
+            for n in (N, M, M)]
 
 
 def attend_and_grads(fn, q, k, v, do):
@@ -93,29 +99,39 @@ def test_matches_sdpa_outputs_and_gradients(flash, dtype, causal, d, N, M):
     def sdpa(q, k, v):
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
 
-    exact = attend_and_grads(sdpa, *(t.float() for t in (q, k, v)), do)  # float32 oracle
-    same_dtype = attend_and_grads(sdpa, q, k, v, do)  # SDPA's own rounding error in dtype
-    ours = attend_and_grads(lambda q, k, v: flash.flash_attention(q, k, v, causal=causal, block_m=16, block_n=16),
-                            q, k, v, do)
+    def kernel(q, k, v):
+        return flash.flash_attention(q, k, v, causal=causal, block_m=16, block_n=16)
+
+    # the float32 oracle
+    exact = attend_and_grads(sdpa, *(t.float() for t in (q, k, v)), do)
+    same_dtype = attend_and_grads(sdpa, q, k, v, do)  # SDPA's own rounding in dtype
+    ours = attend_and_grads(kernel, q, k, v, do)
     for name, a, b, c in zip(("out", "dq", "dk", "dv"), ours, exact, same_dtype):
         assert a.dtype == dtype and a.shape == b.shape, name
         err = (a.float() - b).abs().max().item()
         # SDPA rounds once at the end; the kernel also rounds P to dtype before P @ V
-        budget = 2 * (c.float() - b).abs().max().item() + torch.finfo(dtype).eps * b.abs().max().item()
-        assert err <= budget, f"{name}: max error {err:.3g} exceeds {budget:.3g} ({dtype}, causal={causal})"
+        sdpa_err = (c.float() - b).abs().max().item()
+        budget = 2 * sdpa_err + torch.finfo(dtype).eps * b.abs().max().item()
+        assert err <= budget, (f"{name}: max error {err:.3g} exceeds {budget:.3g} "
+                               f"({dtype}, causal={causal})")
 
 
 def test_saved_lse_and_empty_rows(flash):
     N, M, d, scale = 40, 21, 64, 0.3  # N > M: causal rows i < N - M see no key
     q, k, v = inputs(1, 1, N, M, d, torch.float16, seed=2)
-    out, lse = flash.flash_attention_lse(q, k, v, causal=True, scale=scale, block_m=16, block_n=16)
+    out, lse = flash.flash_attention_lse(q, k, v, causal=True, scale=scale, block_m=16,
+                                         block_n=16)
     mask = lower_right_mask(N, M)
-    scores = (q.float() @ k.float().transpose(-2, -1) * scale).masked_fill(~mask, float("-inf"))
-    torch.testing.assert_close(lse, torch.logsumexp(scores, dim=-1), atol=2e-3, rtol=1e-3)
+    scores = (q.float() @ k.float().transpose(-2, -1) * scale).masked_fill(
+        ~mask, float("-inf"))
+    torch.testing.assert_close(lse, torch.logsumexp(scores, dim=-1), atol=2e-3,
+                               rtol=1e-3)
     empty = N - M
-    assert torch.isneginf(lse[..., :empty]).all() and torch.isfinite(lse[..., empty:]).all()
+    assert torch.isneginf(lse[..., :empty]).all()
+    assert torch.isfinite(lse[..., empty:]).all()
     assert (out[..., :empty, :] == 0).all()
-    ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=mask, scale=scale)
+    ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float(),
+                                         attn_mask=mask, scale=scale)
     torch.testing.assert_close(out.float(), ref, atol=2e-3, rtol=2e-3)
     out.float().square().sum().backward()
     assert torch.isfinite(q.grad).all() and (q.grad[..., :empty, :] == 0).all()
@@ -125,10 +141,13 @@ def test_saved_lse_and_empty_rows(flash):
 def test_default_tiles_and_large_logits(flash):
     N, d = 29, 64
     q, k, v = inputs(1, 1, N, N, d, torch.float16, seed=3)
-    q = (q.detach() * 30).to(torch.float16)  # scores in the hundreds: exp would overflow unshifted
-    out = flash.flash_attention(q, k.detach(), v.detach(), causal=True)  # the GPU tiles: 128 x 64
+    # scores in the hundreds: exp would overflow unshifted
+    q = (q.detach() * 30).to(torch.float16)
+    # the GPU tiles: 128 x 64
+    out = flash.flash_attention(q, k.detach(), v.detach(), causal=True)
     assert torch.isfinite(out).all()
-    ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=True)
+    ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float(),
+                                         is_causal=True)
     torch.testing.assert_close(out.float(), ref, atol=5e-3, rtol=5e-3)
 
 
@@ -147,46 +166,62 @@ def test_causal_output_ignores_future_keys(flash):
 def test_cpu_without_interpreter_is_refused(device):
     compiled = load_flash(interpret=False)
     x = torch.randn(1, 1, 4, 16, dtype=torch.float16, device="cpu")
-    with pytest.raises(ValueError, match=r"TRITON_INTERPRET=1"):
+    with pytest.raises(ValueError, match=r"got cpu \(the CPU needs TRITON_INTERPRET=1"):
         compiled.flash_attention(x, x, x)
 
 
 def test_validation_messages(flash):
     x = torch.randn(1, 2, 5, 16, dtype=torch.float16)
     fa = flash.flash_attention
-    with pytest.raises(TypeError, match=r"q must be a torch.Tensor, got list"):
+    with pytest.raises(ValueError, match=r"q must have shape \(B, H, N, d\), got list"):
         fa([1], x, x)
-    with pytest.raises(ValueError, match=r"k must have shape \(B, H, length, d\), or \(B\*H, length, d\) "
-                                         r"like q, got \(2, 5, 16\)"):
+    with pytest.raises(ValueError, match=r"q must have shape \(B, H, N, d\), "
+                                         r"got \(5, 16\)"):
+        fa(x[0, 0], x, x)
+    with pytest.raises(ValueError, match=r"k must have shape \(1, 2, M, 16\), "
+                                         r"got \(2, 5, 16\)"):
         fa(x, x[0], x)
-    with pytest.raises(TypeError, match=r"v must be float16, bfloat16 or float32, got torch.float64"):
-        fa(x, x, x.double())
-    with pytest.raises(TypeError, match=r"q, k and v must share one dtype, got torch.float16, torch.float16 and "
-                                        r"torch.float32"):
+    with pytest.raises(ValueError, match=r"k must have shape \(2, M, 16\), "
+                                         r"got \(1, 2, 5, 16\)"):
+        fa(x[0], x, x)  # a 3-D q makes every input (B*H, length, d)
+    with pytest.raises(TypeError, match=r"q must have dtype torch.float16 or "
+                                        r"torch.bfloat16 or torch.float32, "
+                                        r"got torch.float64"):
+        fa(x.double(), x, x)
+    with pytest.raises(TypeError, match=r"v must have dtype torch.float16, "
+                                        r"got torch.float32"):
         fa(x, x, x.float())
-    with pytest.raises(TypeError, match=r"q, k and v must share one dtype, got torch.float16, torch.bfloat16"):
+    with pytest.raises(TypeError, match=r"k must have dtype torch.float16, "
+                                        r"got torch.bfloat16"):
         fa(x, x.bfloat16(), x)
-    with pytest.raises(ValueError, match=r"got q \(1, 2, 5, 16\), k \(1, 3, 5, 16\)"):
-        fa(x, torch.zeros(1, 3, 5, 16, dtype=torch.float16), torch.zeros(1, 3, 5, 16, dtype=torch.float16))
+    k3 = torch.zeros(1, 3, 5, 16, dtype=torch.float16)
+    with pytest.raises(ValueError, match=r"k must have shape \(1, 2, M, 16\), "
+                                         r"got \(1, 3, 5, 16\)"):
+        fa(x, k3, k3)
+    with pytest.raises(ValueError, match=r"v must have shape \(1, 2, 5, 16\), "
+                                         r"got \(1, 2, 6, 16\)"):
+        fa(x, x, torch.zeros(1, 2, 6, 16, dtype=torch.float16))
     y = torch.zeros(1, 2, 5, 48, dtype=torch.float16)
-    with pytest.raises(ValueError, match=r"d must be 16, 32, 64 or 128, got d=48"):
+    with pytest.raises(ValueError, match=r"q's head width d must be 16, 32, 64 or 128, "
+                                         r"got 48"):
         fa(y, y, y)
-    with pytest.raises(ValueError, match=r"N and M must be at least 1, got N=0 and M=5"):
-        fa(x[:, :, :0], x, x)
-    with pytest.raises(TypeError, match=r"causal must be a bool, got int"):
-        fa(x, x, x, causal=1)
-    with pytest.raises(ValueError, match=r"scale must be a positive finite number or None, got -1.0"):
+    with pytest.raises(ValueError, match=r"scale must be a positive finite number or "
+                                         r"None, got -1.0"):
         fa(x, x, x, scale=-1.0)
-    with pytest.raises(ValueError, match=r"block_m must be a power of two >= 16 or None, got 24"):
+    with pytest.raises(ValueError, match=r"scale must be .* got nan"):
+        fa(x, x, x, scale=float("nan"))
+    with pytest.raises(ValueError, match=r"block_m must be a power of two >= 16 or "
+                                         r"None, got 24"):
         fa(x, x, x, block_m=24)
-    with pytest.raises(ValueError, match=r"block_n must be a power of two >= 16 or None, got 8"):
+    with pytest.raises(ValueError, match=r"block_n must be a power of two >= 16 or "
+                                         r"None, got 8"):
         fa(x, x, x, block_n=8)
     meta = torch.empty(1, 2, 5, 16, dtype=torch.float16, device="meta")
-    with pytest.raises(ValueError, match=r"q, k and v must be on one device, got cpu, meta and cpu"):
-        fa(x, meta, x)
-    with pytest.raises(ValueError, match=r"q must be on a CUDA device \(or the CPU under the interpreter\), got meta"):
+    with pytest.raises(ValueError, match=r"v must be on q's device, cpu, got meta"):
+        fa(x, x, meta)
+    with pytest.raises(ValueError, match=r"q must be on a CUDA device, got meta"):
         fa(meta, meta, meta)
-    with pytest.raises(ValueError, match=r"scale must be a positive finite number or None, got inf"):
+    with pytest.raises(ValueError, match=r"scale must be .* got inf"):
         flash.flash_attention_lse(x, x, x, scale=float("inf"))
 
 
@@ -195,15 +230,34 @@ def test_the_autograd_function_checks_its_own_inputs(flash):
     and a scale of None means 1 / sqrt(d) there as well."""
     x = torch.randn(1, 2, 5, 16, dtype=torch.float16)
     apply = flash.FlashAttention.apply
-    with pytest.raises(TypeError, match=r"q must be a torch.Tensor, got list"):
+    with pytest.raises(ValueError, match=r"q must have shape \(B, H, N, d\), got list"):
         apply([1], x, x, False, None, 16, 16)
-    with pytest.raises(ValueError, match=r"got q \(1, 3, 5, 16\), k \(1, 2, 5, 16\)"):
-        apply(torch.zeros(1, 3, 5, 16, dtype=torch.float16), x, x, False, None, 16, 16)
-    with pytest.raises(TypeError, match=r"causal must be a bool, got NoneType"):
-        apply(x, x, x, None, None, 16, 16)
+    q3 = torch.zeros(1, 3, 5, 16, dtype=torch.float16)
+    with pytest.raises(ValueError, match=r"k must have shape \(1, 3, M, 16\), "
+                                         r"got \(1, 2, 5, 16\)"):
+        apply(q3, x, x, False, None, 16, 16)
+    with pytest.raises(TypeError, match=r"k must have dtype torch.float16, "
+                                        r"got torch.float32"):
+        apply(x, x.float(), x, False, None, 16, 16)
     out, lse = apply(x, x, x, False, None, 16, 16)
     assert torch.equal(out, flash.flash_attention(x, x, x, block_m=16, block_n=16))
     assert lse.shape == (1, 2, 5)
+    assert torch.equal(out, flash.flash_attention(x, x, x, scale=0.25, block_m=16,
+                                                  block_n=16))
+
+
+def test_empty_lengths(flash):
+    # No queries: an empty output. No keys: every row is empty, so zeros, L = -inf,
+    # and zero gradients, as for the causal rows that see no key.
+    x = torch.randn(1, 2, 5, 16, dtype=torch.float16)
+    none = x[:, :, :0]
+    out = flash.flash_attention(none, x, x, block_m=16, block_n=16)
+    assert out.shape == (1, 2, 0, 16)
+    q = x.clone().requires_grad_()
+    out, lse = flash.flash_attention_lse(q, none, none, block_m=16, block_n=16)
+    assert (out == 0).all() and torch.isneginf(lse).all()
+    out.float().sum().backward()
+    assert (q.grad == 0).all()
 
 
 def test_float32_runs_in_ieee_precision(flash):
@@ -214,11 +268,15 @@ def test_float32_runs_in_ieee_precision(flash):
     q, k, v = inputs(1, 2, N, M, d, torch.float32, seed=6)
     do = torch.randn(1, 2, N, d, generator=torch.Generator(q.device).manual_seed(7))
     mask = lower_right_mask(N, M)
-    ours = attend_and_grads(lambda q, k, v: flash.flash_attention(q, k, v, causal=True, block_m=16, block_n=16),
-                            q, k, v, do)
-    exact = attend_and_grads(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, attn_mask=mask),
-                             *(t.double() for t in (q, k, v)), do.double())
-    empty = N - M  # rows with no visible key: zeros in the kernel, NaN-free zeros here too
+    def kernel(q, k, v):
+        return flash.flash_attention(q, k, v, causal=True, block_m=16, block_n=16)
+
+    def sdpa(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+    ours = attend_and_grads(kernel, q, k, v, do)
+    exact = attend_and_grads(sdpa, *(t.double() for t in (q, k, v)), do.double())
+    empty = N - M  # rows with no visible key: zeros in the kernel, NaN-free zeros here
     exact[0][..., :empty, :] = 0.0
     for name, a, b in zip(("out", "dq", "dk", "dv"), ours, exact):
         assert a.dtype == torch.float32, name
@@ -249,6 +307,7 @@ def test_scores_shifted_far_from_zero(flash, shift):
     qs = torch.cat([q, torch.ones(1, 2, 19, 1)], dim=-1)
     ks = torch.cat([k, torch.full((1, 2, 19, 1), shift / scale)], dim=-1)
     vs = torch.cat([v, torch.zeros(1, 2, 19, 1)], dim=-1)
-    out = flash.flash_attention(qs, ks, vs, causal=True, scale=scale, block_m=16, block_n=16)
+    out = flash.flash_attention(qs, ks, vs, causal=True, scale=scale, block_m=16,
+                                block_n=16)
     ref = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale)
     torch.testing.assert_close(out[..., :15], ref, atol=5e-3, rtol=5e-3)
