@@ -9,7 +9,13 @@ import torch
 import torch.nn.functional as F
 from torch.testing import assert_close
 
-from snippets.linear.block_sparse_attention import moba_attention, moba_block_choice
+from snippets.linear.block_sparse_attention import (
+    group_block_choice,
+    group_sparse_attention,
+    moba_attention,
+    moba_block_choice,
+)
+from transformers_support import require_transformers
 
 F64 = dict(atol=1e-12, rtol=1e-12)
 
@@ -132,3 +138,96 @@ def test_exercise_keys_read():
         kept = moba_block_choice(q, k, block_size=4, top_k=2)[0, 0, 14]
         keys = kept.repeat_interleave(4) & (torch.arange(16) <= 14)
         assert int(keys.sum()) == 7
+
+
+
+# --------------------------------------------------- MiniMax's grouped blocks
+def _group_inputs(b=1, h=4, g=2, n=29, d=8, d_i=6, dtype=torch.float64, seed=1):
+    gen = torch.Generator(device=torch.get_default_device()).manual_seed(seed)
+    q = torch.randn(b, h, n, d, generator=gen, dtype=dtype)
+    k, v = (torch.randn(b, g, n, d, generator=gen, dtype=dtype) for _ in range(2))
+    index_q = torch.randn(b, g, n, d_i, generator=gen, dtype=dtype)
+    index_k = torch.randn(b, 1, n, d_i, generator=gen, dtype=dtype)
+    return q, k, v, index_q, index_k
+
+
+def _minimax_indexer(n, block, top_k, local):
+    require_transformers()
+    from transformers.models.minimax_m3_vl.configuration_minimax_m3_vl import MiniMaxM3VLTextConfig
+    from transformers.models.minimax_m3_vl.modeling_minimax_m3_vl import MiniMaxM3VLIndexer
+
+    config = MiniMaxM3VLTextConfig(hidden_size=32, num_attention_heads=4, num_key_value_heads=2,
+                                   index_n_heads=2, index_head_dim=8, index_block_size=block,
+                                   index_topk_blocks=top_k, index_local_blocks=local)
+    torch.manual_seed(n)
+    return MiniMaxM3VLIndexer(config, layer_idx=0).double()
+
+
+@pytest.mark.parametrize("n,block,top_k,local", [(18, 4, 3, 1), (37, 4, 4, 2), (16, 4, 2, 0), (23, 5, 10, 1)])
+def test_group_choice_and_attention_equal_transformers_minimax(n, block, top_k, local):
+    """MiniMaxM3VLIndexer's block indices and build_block_mask, with RoPE at angle 0."""
+    indexer = _minimax_indexer(n, block, top_k, local)
+    x, positions = torch.randn(1, n, 32, dtype=torch.float64), torch.arange(n)[None]
+    no_rotation = (torch.ones(1, n, 8, dtype=torch.float64), torch.zeros(1, n, 8, dtype=torch.float64))
+    with torch.no_grad():
+        indices = indexer(x, no_rotation, None, positions)
+        index_q = indexer.q_norm(indexer.q_proj(x).view(1, n, 2, 8)).transpose(1, 2)
+        index_k = indexer.k_norm(indexer.k_proj(x).view(1, n, 1, 8)).transpose(1, 2)
+        mask = indexer.build_block_mask(indices, None, n, torch.float64, x.device, positions)
+    kept = group_block_choice(index_q, index_k, block_size=block, top_k=top_k, local_blocks=local)
+    n_blocks = kept.shape[-1]
+    theirs = torch.zeros(1, 2, n, n_blocks + 1, dtype=torch.bool)
+    theirs = theirs.scatter(-1, indices.masked_fill(indices < 0, n_blocks), True)[..., :n_blocks]
+    assert torch.equal(kept, theirs)
+    q, k, v = torch.randn(1, 4, n, 8, dtype=torch.float64), *torch.randn(2, 1, 2, n, 8, dtype=torch.float64)
+    want = F.scaled_dot_product_attention(q, k.repeat_interleave(2, 1), v.repeat_interleave(2, 1),
+                                          attn_mask=mask)
+    out = group_sparse_attention(q, k, v, index_q, index_k, block_size=block, top_k=top_k,
+                                 local_blocks=local)
+    assert_close(out, want, **F64)
+
+
+def test_group_choice_keeps_the_local_blocks_and_counts_them():
+    q, k, v, index_q, index_k = _group_inputs(n=40)
+    kept = group_block_choice(index_q, index_k, block_size=4, top_k=3, local_blocks=2)
+    own = torch.arange(40) // 4
+    assert kept[..., torch.arange(40), own].all()
+    assert kept[..., torch.arange(4, 40), own[4:] - 1].all()
+    assert torch.equal(kept.sum(-1), (own + 1).clamp(max=3).expand(1, 2, 40))
+    assert not (kept & (torch.arange(10) > own[:, None])).any()
+
+
+def test_heads_of_one_group_share_blocks_and_groups_choose_apart():
+    q, k, v, index_q, index_k = _group_inputs(n=40)
+    kept = group_block_choice(index_q, index_k, block_size=4, top_k=3, local_blocks=1)
+    assert not torch.equal(kept[:, 0], kept[:, 1])  # two groups, two choices
+    out = group_sparse_attention(q, k, v, index_q, index_k, block_size=4, top_k=3)
+    i, j = torch.arange(40)[:, None], torch.arange(40)
+    for head in range(4):  # heads 0, 1 read group 0's blocks; heads 2, 3 group 1's
+        keys = kept[:, head // 2].repeat_interleave(4, dim=-1) & (j <= i)
+        want = F.scaled_dot_product_attention(q[:, head], k[:, head // 2], v[:, head // 2], attn_mask=keys)
+        assert_close(out[:, head], want, **F64)
+    changed = index_q.clone()
+    changed[:, 1] = torch.randn_like(changed[:, 1])  # group 1's index query only
+    again = group_block_choice(changed, index_k, block_size=4, top_k=3, local_blocks=1)
+    assert torch.equal(again[:, 0], kept[:, 0])
+
+
+def test_group_top_k_covering_every_block_is_causal_gqa_attention():
+    q, k, v, index_q, index_k = _group_inputs(n=29)
+    out = group_sparse_attention(q, k, v, index_q, index_k, block_size=4, top_k=8)
+    assert_close(out, F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True), **F64)
+
+
+def test_group_bad_input_is_named():
+    q, k, v, index_q, index_k = _group_inputs(n=8)
+    with pytest.raises(ValueError, match=r"index_k must have shape \(1, 1, 8, 6\) for G = 2"):
+        group_block_choice(index_q, index_k.expand(1, 2, 8, 6), block_size=4, top_k=2)
+    with pytest.raises(ValueError, match=r"q must have shape \(1, 3, 8, 8\) for G = 2 groups \(H a multiple"):
+        group_sparse_attention(q[:, :3], k, v, index_q, index_k, block_size=4, top_k=2)
+    with pytest.raises(ValueError, match=r"k must have shape"):
+        group_sparse_attention(q, k[:, :1], v, index_q, index_k, block_size=4, top_k=2)
+    with pytest.raises(TypeError, match="v must be floating point like index_q"):
+        group_sparse_attention(q, k, v.float(), index_q, index_k, block_size=4, top_k=2)
+    with pytest.raises(ValueError, match="local_blocks must be an int >= 0, got -1"):
+        group_block_choice(index_q, index_k, block_size=4, top_k=2, local_blocks=-1)

@@ -12,6 +12,14 @@ reference does (own block +inf, later blocks -inf, top-k, then a causal mask),
 and F.scaled_dot_product_attention(is_causal=True) when top_k covers every
 block, in tests/test_block_sparse_attention.py.
 
+MiniMax's sparse attention (MiniMax M3, in transformers as
+``MiniMaxM3VLIndexer``) chooses per GQA group instead: a small index branch, one
+index query per group and one shared index key, scores every past key; the
+scores are max-pooled per block, the ``local_blocks`` blocks ending at the
+query's own are forced in (they count toward ``top_k``), and every query head
+of the group reads the same blocks. Tested against that class's block indices
+and its ``build_block_mask``.
+
 This file needs only torch and the standard library: copy it into a project.
 """
 
@@ -22,7 +30,8 @@ import math
 import torch
 import torch.nn.functional as F
 
-__all__ = ["moba_block_choice", "moba_attention"]
+__all__ = ["moba_block_choice", "moba_attention", "group_block_choice",
+           "group_sparse_attention"]
 
 
 # --8<-- [start:gate]
@@ -54,6 +63,38 @@ def moba(q, k, v, block, top_k, scale):
     # every row keeps its own block, so its own key: no row is empty
     return F.scaled_dot_product_attention(q, k, v, attn_mask=keys & causal, scale=scale)
 # --8<-- [end:attend]
+
+
+# --8<-- [start:group_gate]
+def group_gate(index_q, index_k, block, top_k, local):
+    """Per group: max-pool causal index scores per block, force local, keep top_k."""
+    n, n_blocks = index_k.shape[-2], math.ceil(index_k.shape[-2] / block)
+    causal = torch.ones(n, n, dtype=torch.bool, device=index_k.device).tril()
+    # (B, G, N, d_i) @ (B, 1, d_i, N) -> (B, G, N, N): one index query per group
+    scores = (index_q @ index_k.transpose(-2, -1)).masked_fill(~causal, -math.inf)
+    pad = (0, n_blocks * block - n)  # (B, G, N, n_b, C) -> max over each block's keys
+    blocks = F.pad(scores, pad, value=-math.inf).unflatten(-1, (n_blocks, block))
+    pooled = blocks.amax(dim=-1)  # (B, G, N, n_b)
+    own = torch.arange(n, device=index_k.device) // block  # (N,)
+    near = (own.unsqueeze(-1) - torch.arange(local, device=own.device)).clamp(min=0)
+    pooled = pooled.scatter(-1, near.expand(*pooled.shape[:-1], local), math.inf)
+    best, top = pooled.topk(min(top_k, n_blocks), dim=-1)  # (B, G, N, top_k)
+    # a slot that fell on a future block (score -inf) keeps nothing
+    return torch.zeros_like(pooled, dtype=torch.bool).scatter(-1, top, best > -math.inf)
+# --8<-- [end:group_gate]
+
+
+# --8<-- [start:group_attend]
+def group_sparse(q, k, v, index_q, index_k, block, top_k, local, scale):
+    """Each query head reads the blocks its GQA group kept, causally."""
+    kept = group_gate(index_q, index_k, block, top_k, local)  # (B, G, N, n_b)
+    heads = kept.repeat_interleave(q.shape[1] // kept.shape[1], dim=1)  # (B, H, N, n_b)
+    keys = heads.repeat_interleave(block, dim=-1)[..., : k.shape[-2]]  # (B, H, N, M)
+    n = q.shape[-2]
+    causal = torch.ones(n, n, dtype=torch.bool, device=q.device).tril()
+    k, v = (t.repeat_interleave(q.shape[1] // t.shape[1], dim=1) for t in (k, v))
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=keys & causal, scale=scale)
+# --8<-- [end:group_attend]
 
 
 # --8<-- [start:face]
@@ -113,6 +154,75 @@ def moba_attention(
     acc = torch.promote_types(q.dtype, torch.float32)
     out = moba(q.to(acc), k.to(acc), v.to(acc), block_size, top_k, scale)
     return out.to(q.dtype)
+
+def group_block_choice(
+    index_q: torch.Tensor,
+    index_k: torch.Tensor,
+    *,
+    block_size: int,
+    top_k: int,
+    local_blocks: int = 1,
+) -> torch.Tensor:
+    """Which key blocks each GQA group reads under MiniMax's index branch.
+
+    Args:
+        index_q: index queries ``(B, G, N, d_i)``, one per GQA group.
+        index_k: the shared index key ``(B, 1, N, d_i)``.
+        block_size: tokens per key block C, >= 1 (MiniMax M3: 128).
+        top_k: blocks per query and group, the local ones included (M3: 16).
+        local_blocks: blocks ending at the query's own that are always read
+            (M3: 1), >= 0.
+
+    Returns:
+        A bool tensor ``(B, G, N, ceil(N / C))``: True where a group's query
+        reads a block.
+
+    Shape:
+        index_q ``(B, G, N, d_i)``, index_k ``(B, 1, N, d_i)`` ->
+        ``(B, G, N, ceil(N / C))``.
+    """
+    _check_group(index_q, index_k, None, None, None, block_size, top_k, local_blocks)
+    acc = torch.promote_types(index_q.dtype, torch.float32)
+    return group_gate(index_q.to(acc), index_k.to(acc), block_size, top_k, local_blocks)
+
+
+def group_sparse_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    index_q: torch.Tensor,
+    index_k: torch.Tensor,
+    *,
+    block_size: int,
+    top_k: int,
+    local_blocks: int = 1,
+    scale: float | None = None,
+) -> torch.Tensor:
+    """MiniMax's block-sparse attention: GQA heads read their group's blocks.
+
+    Args:
+        q: queries ``(B, H, N, d)``.
+        k: keys ``(B, G, N, d)``, G = H_kv dividing H.
+        v: values ``(B, G, N, d_v)``.
+        index_q: index queries ``(B, G, N, d_i)``.
+        index_k: the shared index key ``(B, 1, N, d_i)``.
+        block_size: tokens per key block, >= 1.
+        top_k: blocks per query and group, local ones included, >= 1.
+        local_blocks: blocks ending at the query's own always read, >= 0.
+        scale: score scale; default ``1 / sqrt(d)``.
+
+    Returns:
+        The output ``(B, H, N, d_v)`` in the input dtype.
+
+    Shape:
+        q ``(B, H, N, d)``; k, v ``(B, G, N, d)``; index_q ``(B, G, N, d_i)``;
+        index_k ``(B, 1, N, d_i)`` -> ``(B, H, N, d_v)``.
+    """
+    _check_group(index_q, index_k, q, k, v, block_size, top_k, local_blocks, scale)
+    acc = torch.promote_types(q.dtype, torch.float32)
+    out = group_sparse(*(t.to(acc) for t in (q, k, v, index_q, index_k)),
+                       block_size, top_k, local_blocks, scale)
+    return out.to(q.dtype)
 # --8<-- [end:face]
 
 
@@ -136,6 +246,38 @@ def _check_moba(q, k, v, block_size, top_k, scale):
     for name, value in (("block_size", block_size), ("top_k", top_k)):
         if not (isinstance(value, int) and value >= 1):
             raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+    finite = isinstance(scale, (int, float)) and 0 < scale < math.inf
+    if scale is not None and not finite:
+        raise ValueError(f"scale must be None or a finite number > 0, got {scale!r}")
+
+def _check_group(index_q, index_k, q, k, v, block_size, top_k, local_blocks,
+                 scale=None):
+    """Index branch shapes per group, GQA shapes when q, k, v come, sizes in range."""
+    named = {"index_q": index_q, "index_k": index_k, "q": q, "k": k, "v": v}
+    got = {n: tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
+           for n, t in named.items()}
+    if not isinstance(index_q, torch.Tensor) or index_q.dim() != 4:
+        raise ValueError(f"index_q must have shape (B, G, N, d_i), "
+                         f"got {got['index_q']}")
+    b, g, n, d_i = index_q.shape
+    d = q.shape[-1] if isinstance(q, torch.Tensor) and q.dim() == 4 else -1
+    h = q.shape[1] if isinstance(q, torch.Tensor) and q.dim() == 4 else -1
+    d_v = v.shape[-1] if isinstance(v, torch.Tensor) and v.dim() == 4 else -1
+    want = {"index_q": (b, g, n, d_i), "index_k": (b, 1, n, d_i), "q": (b, h, n, d),
+            "k": (b, g, n, d), "v": (b, g, n, d_v)}
+    for name, t in ((n, t) for n, t in named.items() if t is not None):
+        if got[name] != want[name] or (name == "q" and h % g):
+            raise ValueError(f"{name} must have shape {want[name]} for G = {g} groups "
+                             f"(H a multiple of G; d, d_v free), got {got[name]}")
+        if not (t.is_floating_point() and t.dtype == index_q.dtype
+                and t.device == index_q.device):
+            raise TypeError(f"{name} must be floating point like index_q "
+                            f"({index_q.dtype} on {index_q.device}), "
+                            f"got {t.dtype} on {t.device}")
+    for name, value, low in (("block_size", block_size, 1), ("top_k", top_k, 1),
+                             ("local_blocks", local_blocks, 0)):
+        if not (isinstance(value, int) and value >= low):
+            raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
     finite = isinstance(scale, (int, float)) and 0 < scale < math.inf
     if scale is not None and not finite:
         raise ValueError(f"scale must be None or a finite number > 0, got {scale!r}")
