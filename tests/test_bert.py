@@ -288,14 +288,14 @@ def test_exercise_bert_base_parameters():
 @pytest.mark.parametrize(
     "make, error, match",
     [
-        (lambda: BertConfig(vocab_size=0), ValueError, "vocab_size must be an int >= 1, got 0"),
+        (lambda: BertConfig(vocab_size=0), ValueError, r"vocab_size must be an int >= 1, got \{'vocab_size': 0\}"),
         (lambda: BertConfig(d_model=10, n_heads=4), ValueError, "d_model must divide by n_heads=4, got 10"),
-        (lambda: BertConfig(vocab_size=3), ValueError, r"vocab_size must exceed every special id \(0, 1, 2, 3\), got 3"),
-        (lambda: BertClassifier(model().bert, 1), ValueError, "n_classes must be an int >= 2, got 1"),
+        (lambda: BertConfig(vocab_size=3), ValueError, r"vocab_size must exceed the special ids, got 3"),
+        (lambda: BertClassifier(model().bert, 1), ValueError, r"n_classes must be an int >= 2, got \{'n_classes': 1\}"),
         (lambda: BertConfig.from_transformers(SimpleNamespace(hidden_act="gelu_new")), ValueError,
          "config.hidden_act must be 'gelu' \\(exact\\), got 'gelu_new'"),
         (lambda: state_dict_from_transformers({"cls.seq_relationship.weight": torch.zeros(2)}), ValueError,
-         "hf_state has a key this function cannot place: 'cls.seq_relationship.weight'"),
+         "hf_state must hold transformers' BERT keys, got 'cls.seq_relationship.weight'"),
     ],
 )
 def test_constructor_errors(make, error, match):
@@ -309,23 +309,23 @@ def test_forward_and_masking_errors():
     emb = m.bert.embeddings
     with pytest.raises(TypeError, match=r"input_ids must have dtype \(torch.int64, torch.int32\), got torch.float32"):
         emb(ids.float())
-    with pytest.raises(ValueError, match=r"input_ids must have shape \(\*, \*\) \(\* = any\), got list"):
+    with pytest.raises(ValueError, match=r"input_ids must have shape \(None, None\), got list"):
         emb([1, 2])
-    with pytest.raises(ValueError, match=r"input_ids must have shape \(\*, \*\) \(\* = any\), got \(8,\)"):
+    with pytest.raises(ValueError, match=r"input_ids must have shape \(None, None\), got \(8,\)"):
         emb(ids[0])
-    with pytest.raises(ValueError, match="input_ids must have N <= max_len=12, got N = 13"):
+    with pytest.raises(ValueError, match="input_ids must have N <= max_len=12, got 13"):
         emb(torch.ones(1, 13, dtype=torch.long))
-    with pytest.raises(ValueError, match=r"segment_ids must lie in \[0, 2\), got ids from 1 to 2"):
+    with pytest.raises(ValueError, match=r"segment_ids must lie in \[0, 2\), got \[2\]"):
         emb(ids, segments + 1)
-    with pytest.raises(ValueError, match=r"segment_ids must have shape \(2, 8\) .*got \(2, 7\)"):
+    with pytest.raises(ValueError, match=r"segment_ids must have shape \(2, 8\), got \(2, 7\)"):
         emb(ids, segments[:, :7])
     with pytest.raises(ValueError, match=r"select_prob must be in \(0, 1\], got 0"):
         mask_tokens(ids, 30, select_prob=0)
-    with pytest.raises(ValueError, match="vocab_size must be an int >= 5, got 4"):
+    with pytest.raises(ValueError, match=r"vocab_size must be an int >= 5, got \{'vocab_size': 4\}"):
         mask_tokens(ids.clamp(max=3), 4)
     with pytest.raises(ValueError, match=r"input_ids must lie in \[0, 10\)"):
         mask_tokens(ids, 10)
-    with pytest.raises(ValueError, match=r"labels must have shape \(2, 8\) .*got \(2, 7\)"):
+    with pytest.raises(ValueError, match=r"labels must have shape \(2, 8\), got \(2, 7\)"):
         mlm_loss(torch.zeros(2, 8, 30), torch.zeros(2, 7, dtype=torch.long))
 
 
@@ -350,28 +350,28 @@ def test_config_embedding_head_and_loss_errors():
     m = model()
     ids, segments, keys = batch()
     cases = [
-        (lambda: SpecialTokens(pad=-1), ValueError, r"pad must be an int >= 0, got -1"),
+        (lambda: SpecialTokens(pad=-1), ValueError, r"pad must be an int >= 0, got \{'pad': -1\}"),
         (lambda: SpecialTokens(mask=0), ValueError, r"pad, cls, sep and mask must differ, got SpecialTokens"),
         (lambda: BertConfig(dropout=1.5), ValueError, r"dropout must be in \[0.0, 1.0\), got 1.5"),
         (lambda: BertConfig(layer_norm_eps=0.0), ValueError, r"layer_norm_eps must be in \(0.0, inf\), got 0.0"),
         (lambda: BertConfig(special=(0, 1, 2, 3)), TypeError, r"special must be a SpecialTokens, got \(0, 1, 2, 3\)"),
         (lambda: MlmHead(CONFIG, torch.nn.Embedding(3, 16)), TypeError,
-         r"token_embedding must be an Embedding \(30, 16\), got torch.Size\(\[3, 16\]\)"),
-        (lambda: m.mlm(torch.randn(2, 8)), ValueError, r"hidden must have shape \(\*, \*, 16\) .*got \(2, 8\)"),
+         r"token_embedding must be an Embedding \(30, 16\), got Embedding\(3, 16\)"),
+        (lambda: m.mlm(torch.randn(2, 8)), ValueError, r"hidden must have shape \(None, None, 16\), got \(2, 8\)"),
         (lambda: m.mlm(torch.randn(2, 8, 16, device="meta")), ValueError,
          r"hidden must be on cpu, got meta"),
         (lambda: m.mlm(torch.randn(2, 8, 16, dtype=torch.float64)), TypeError,
          r"hidden must have dtype torch.float32, got torch.float64"),
-        (lambda: m(ids + 30), ValueError, r"input_ids must lie in \[0, 30\), got ids from 30 to 41"),
+        (lambda: m(ids + 30), ValueError, r"input_ids must lie in \[0, 30\), got \[30, 31, .*, 41\]"),
         (lambda: m(ids.to("meta")), ValueError, r"input_ids must be on cpu, got meta"),
         (lambda: m(ids, segment_ids=segments.float()), TypeError,
          r"segment_ids must have dtype \(torch.int64, torch.int32\), got torch.float32"),
         (lambda: m(ids, segment_ids=segments.to("meta")), ValueError, r"segment_ids must be on cpu, got meta"),
         (lambda: m(ids, key_mask=keys.long()), TypeError, r"key_mask must have dtype \(torch.bool,\), got torch.int64"),
         (lambda: m(ids, key_mask=keys[:, :5]), ValueError,
-         r"key_mask must have shape \(2, 8\) .*got \(2, 5\)"),
-        (lambda: mlm_loss(torch.zeros(2, 8, 30, dtype=torch.long), ids), ValueError,
-         r"logits must be a floating \(B, N, V\) tensor, got \(torch.int64"),
+         r"key_mask must have shape \(2, 8\), got \(2, 5\)"),
+        (lambda: mlm_loss(torch.zeros(2, 8, 30, dtype=torch.long), ids), TypeError,
+         r"logits must have dtype \(torch.float16, .*\), got torch.int64"),
         (lambda: mlm_loss(torch.zeros(2, 8, 30), ids.float()), TypeError, r"labels must have dtype \(torch.int64, torch.int32\), got torch.float32"),
         (lambda: mlm_loss(torch.zeros(2, 8, 30), ids.to("meta")), ValueError, r"labels must be on cpu, got meta"),
         (lambda: mlm_loss(torch.zeros(2, 8, 30), ids + 25), ValueError,
@@ -387,14 +387,14 @@ def test_corpus_masking_loading_and_training_errors():
 
     ids, _, _ = batch()
     cases = [
-        (lambda: mask_tokens(ids, 3), ValueError, r"vocab_size must be an int >= 5, got 3"),
+        (lambda: mask_tokens(ids, 3), ValueError, r"vocab_size must be an int >= 5, got \{'vocab_size': 3\}"),
         (lambda: mask_tokens(ids, 30, special=(0, 1, 2, 3)), TypeError, r"special must be a SpecialTokens, got \(0, 1, 2, 3\)"),
         (lambda: mask_tokens(ids, 30, generator=0), TypeError, r"generator must be a torch.Generator, got 0"),
-        (lambda: counting_corpus(0, 4, 8, (1,)), ValueError, r"n_sequences must be an int >= 1, got 0"),
+        (lambda: counting_corpus(0, 4, 8, (1,)), ValueError, r"n_sequences must be an int >= 1, got \{'n_sequences': 0\}"),
         (lambda: counting_corpus(2, 4, 8, ()), ValueError, r"steps must be a non-empty tuple of ints, got \(\)"),
         (lambda: train_tiny_bert(make_block, count_steps=[2.5]), ValueError, r"count_steps must be a non-empty tuple of ints, got \[2.5\]"),
         (lambda: train_tiny_bert(make_block, config=CONFIG, length=11), ValueError,
-         r"length \+ 2 and n_tokens must fit BertConfig.*got length=11, n_tokens=16"),
+         r"length, n_tokens must fit config, got 11, 16"),
     ]
     for make, error, match in cases:
         with pytest.raises(error, match=match):

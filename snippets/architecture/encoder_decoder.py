@@ -25,7 +25,7 @@ This file needs only torch and the standard library: copy it into a project.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -34,205 +34,66 @@ from torch import nn
 __all__ = ["Encoder", "DecoderBlock", "Decoder", "EncoderDecoder"]
 
 _ACTIVATIONS = {"gelu": F.gelu, "relu": F.relu}
+_FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 
 # --8<-- [start:validate]
-def _check_like_module(name: str, t: torch.Tensor, weight: torch.Tensor) -> None:
-    """Raise unless t has the module's device (and, outside autocast, dtype)."""
-    if t.device != weight.device:
-        raise ValueError(
-            f"{name} must be on the module's device {weight.device}, got {t.device}"
-        )
-    autocast = torch.amp.is_autocast_available(
-        t.device.type
-    ) and torch.is_autocast_enabled(t.device.type)
-    if t.dtype != weight.dtype and not autocast:
-        raise TypeError(
-            f"{name} must have the module's dtype {weight.dtype}, got {t.dtype}"
-        )
-
-
-def _check_dropout(name: str, p: float) -> None:
-    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p < 1.0:
-        raise ValueError(f"{name} must be a float in [0, 1), got {p!r}")
-
-
-def _check_positive_float(name: str, value: float) -> None:
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, (int, float))
-        or not 0 < value < float("inf")
-    ):
-        raise ValueError(f"{name} must be a finite float > 0, got {value!r}")
-
-
-def _check_width(
-    name: str, x: object, d_model: int | None, length: str, weight: torch.Tensor | None
+def _check_arch_arg(
+    ok: bool, name: str, value: object, want: str, error: type = ValueError
 ) -> None:
-    """Raise unless ``x`` is a floating (B, length, D) tensor like ``weight``."""
-    if (
-        not isinstance(x, torch.Tensor)
-        or x.dim() != 3
-        or x.shape[-1] != (d_model or x.shape[-1])
-    ):
-        got = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
-        raise ValueError(
-            f"{name} must have shape (B, {length}, D) with D = {d_model or 'any'}, "
-            f"got {got}"
-        )
-    if not x.is_floating_point():
-        raise TypeError(f"{name} must have a floating dtype, got {x.dtype}")
-    if weight is not None:
-        _check_like_module(name, x, weight)
+    """Raise ``error`` naming the argument, what it must be and what it got."""
+    if not ok:
+        plain = value is None or isinstance(value, (int, float, str, list))
+        got = repr(value) if plain else type(value).__name__
+        raise error(f"{name} must be {want}, got {got}")
 
 
-def _n_heads(module: nn.Module) -> int | None:
-    """The head count (``n_heads``) of the first module inside ``module`` with one."""
+def _check_arch_tensor(
+    name: str, t: object, shape: tuple, like: torch.Tensor, dtypes=None, broadcast=False
+) -> None:
+    """Raise unless t is a tensor of ``shape``, a dtype in ``dtypes``, on like's device.
+
+    A letter in ``shape`` takes any size. ``dtypes=None`` asks for like's dtype
+    (any floating dtype under autocast). With ``broadcast``, t may drop leading
+    dimensions (two stay) and hold 1 anywhere: a mask over (B, H, N, M) scores.
+    """
+    want = "(" + ", ".join(map(str, shape)) + ")"
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a tensor {want}, got {type(t).__name__}")
+    fits = (2 if broadcast else len(shape)) <= t.dim() <= len(shape) and all(
+        isinstance(w, str) or s == w or (broadcast and s == 1)
+        for s, w in zip(reversed(t.shape), reversed(shape))
+    )
+    if not fits:
+        how = "broadcast to" if broadcast else "have shape"
+        raise ValueError(f"{name} must {how} {want}, got {tuple(t.shape)}")
+    if dtypes is None:
+        kind = like.device.type
+        amp = torch.amp.is_autocast_available(kind) and torch.is_autocast_enabled(kind)
+        dtypes = _FLOATS if amp else (like.dtype,)
+    if t.dtype not in dtypes:
+        kinds = " or ".join(map(str, dtypes))
+        raise TypeError(f"{name} must have dtype {kinds}, got {t.dtype}")
+    if t.device != like.device:
+        raise ValueError(f"{name} must be on {like.device}, got {t.device}")
+# --8<-- [end:validate]
+
+
+def _activation_name(act: object) -> str | None:
+    """"relu" or "gelu" for what a PyTorch Transformer layer computes, else None."""
+    if act is F.relu or isinstance(act, nn.ReLU):
+        return "relu"
+    if act is F.gelu or (isinstance(act, nn.GELU) and act.approximate == "none"):
+        return "gelu"
+    return None  # tanh-approximate GELU, SiLU, ...: not what the block computes
+
+
+def _n_heads(module: nn.Module) -> int | str:
+    """The head count of the first module inside ``module`` with one, else "H"."""
     for part in module.modules():
         if isinstance(getattr(part, "n_heads", None), int):
             return part.n_heads
-    return None
-
-
-def _check_scores_mask(
-    name: str,
-    mask: object,
-    b: int,
-    n: int,
-    m: int,
-    like: torch.Tensor,
-    h: int | None = None,
-) -> None:
-    """Raise unless mask is None or a bool / float mask over (B, H, N, M) scores.
-
-    ``h`` is the head count when the attention module states one; a 3-D mask's
-    leading dimension is then checked against it (PyTorch reads it as H).
-    """
-    if mask is None:
-        return
-    if not isinstance(mask, torch.Tensor):
-        raise TypeError(
-            f"{name} must be a torch.Tensor or None, got {type(mask).__name__}"
-        )
-    if mask.dtype != torch.bool and mask.dtype != like.dtype:
-        raise TypeError(
-            f"{name} must be torch.bool (True = may attend) or {like.dtype} "
-            f"(added to the scores), got {mask.dtype}"
-        )
-    if mask.device != like.device:
-        raise ValueError(
-            f"{name} must be on the device of the inputs {like.device}, got "
-            f"{mask.device}"
-        )
-    fits = 2 <= mask.dim() <= 4
-    if fits:
-        heads = h if h is not None else (mask.shape[-3] if mask.dim() > 2 else 1)
-        want = (b, heads, n, m)[4 - mask.dim() :]  # (N, M), (H, N, M) or (B, H, N, M)
-        fits = all(got in (1, w) for got, w in zip(mask.shape, want))
-    if not fits:
-        raise ValueError(
-            f"{name} must broadcast to (B, H, N, M) with B = {b}, H = {h or 'any'}, N "
-            f"= {n}, "
-            f"M = {m}, got shape {tuple(mask.shape)}"
-        )
-
-
-def _check_token_mask(
-    name: str, mask: object, b: int, length: int, like: torch.Tensor
-) -> None:
-    """Raise unless mask is None or a (B, length) bool tensor, True = real token."""
-    if mask is None:
-        return
-    if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
-        got = mask.dtype if isinstance(mask, torch.Tensor) else type(mask).__name__
-        raise TypeError(
-            f"{name} must be a torch.bool tensor (True = real token), got {got}"
-        )
-    if mask.shape != (b, length):
-        raise ValueError(
-            f"{name} must have shape (B, length) = ({b}, {length}), got "
-            f"{tuple(mask.shape)}"
-        )
-    if mask.device != like.device:
-        raise ValueError(
-            f"{name} must be on the device of the inputs {like.device}, got "
-            f"{mask.device}"
-        )
-
-
-def _check_layers(name: str, layers: object) -> nn.ModuleList:
-    """Raise a clear error unless ``layers`` is a non-empty sequence of modules."""
-    if isinstance(layers, nn.Module) and not isinstance(layers, nn.ModuleList):
-        raise TypeError(
-            f"{name} must be a sequence of nn.Module, got a single "
-            f"{type(layers).__name__}"
-        )
-    if not isinstance(layers, Iterable) or isinstance(layers, (str, bytes)):
-        raise TypeError(
-            f"{name} must be a non-empty sequence of nn.Module, got "
-            f"{type(layers).__name__}"
-        )
-    layers = list(layers)
-    if not layers or not all(isinstance(layer, nn.Module) for layer in layers):
-        got = [type(layer).__name__ for layer in layers]
-        raise TypeError(f"{name} must be a non-empty sequence of nn.Module, got {got}")
-    return nn.ModuleList(layers)
-
-
-def _check_norm(norm: object) -> None:
-    if norm is not None and not isinstance(norm, nn.Module):
-        raise TypeError(f"norm must be an nn.Module or None, got {type(norm).__name__}")
-
-
-def _check_decoder_call(
-    tgt: torch.Tensor,
-    memory: torch.Tensor,
-    masks: dict[str, torch.Tensor | None],
-    heads: tuple[int | None, int | None],
-) -> None:
-    """Raise unless tgt (B, N, D), memory (B, M, D) and the decoder's masks fit."""
-    (b, n, _), m = tgt.shape, memory.shape[1]
-    if memory.shape[0] != b:
-        raise ValueError(
-            f"tgt and memory must share the batch size B, got tgt {tuple(tgt.shape)} "
-            f"and memory {tuple(memory.shape)}"
-        )
-    _check_scores_mask("attn_mask", masks["attn_mask"], b, n, n, tgt, heads[0])
-    _check_token_mask("key_mask", masks["key_mask"], b, n, tgt)
-    _check_scores_mask("memory_mask", masks["memory_mask"], b, n, m, tgt, heads[1])
-    _check_token_mask("memory_key_mask", masks["memory_key_mask"], b, m, tgt)
-
-
-def _check_encoder_decoder_call(
-    src: torch.Tensor,
-    tgt: torch.Tensor,
-    masks: dict[str, torch.Tensor | None],
-    heads: tuple[int | None, int | None],
-) -> None:
-    """Raise unless src (B, M, D), tgt (B, N, D) and every mask fit together."""
-    for name, x in (("src", src), ("tgt", tgt)):
-        if not isinstance(x, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
-    if src.dim() != 3 or tgt.dim() != 3 or src.shape[0] != tgt.shape[0]:
-        raise ValueError(
-            f"src and tgt must be (B, M, D) and (B, N, D) with one batch size B, "
-            f"got src {tuple(src.shape)} and tgt {tuple(tgt.shape)}"
-        )
-    if src.dtype != tgt.dtype or src.device != tgt.device:
-        raise TypeError(
-            f"src and tgt must share one dtype and device, got {src.dtype} on "
-            f"{src.device} "
-            f"and {tgt.dtype} on {tgt.device}"
-        )
-    (b, m, _), n = src.shape, tgt.shape[1]
-    _check_token_mask("src_key_mask", masks["src_key_mask"], b, m, src)
-    _check_token_mask("tgt_key_mask", masks["tgt_key_mask"], b, n, src)
-    _check_scores_mask("src_mask", masks["src_mask"], b, m, m, src, heads[0])
-    _check_scores_mask("tgt_mask", masks["tgt_mask"], b, n, n, src, heads[1])
-    _check_scores_mask("memory_mask", masks["memory_mask"], b, n, m, src, heads[1])
-
-
-# --8<-- [end:validate]
+    return "H"
 
 
 class Encoder(nn.Module):
@@ -254,8 +115,13 @@ class Encoder(nn.Module):
         self, layers: Sequence[nn.Module], *, norm: nn.Module | None = None
     ) -> None:
         super().__init__()
-        self.layers = _check_layers("layers", layers)
-        _check_norm(norm)
+        seq = layers if isinstance(layers, (list, tuple, nn.ModuleList)) else []
+        ok = 0 < len(seq) == sum(isinstance(layer, nn.Module) for layer in seq)
+        got = [type(layer).__name__ for layer in seq] if seq else layers
+        _check_arch_arg(ok, "layers", got, "a non-empty list of modules", TypeError)
+        self.layers = nn.ModuleList(layers)
+        is_norm = norm is None or isinstance(norm, nn.Module)
+        _check_arch_arg(is_norm, "norm", norm, "an nn.Module or None", TypeError)
         self.norm = norm
 
     def forward(
@@ -275,16 +141,15 @@ class Encoder(nn.Module):
         Returns:
             The memory, ``(B, M, D)``.
         """
-        _check_width(
-            "src",
-            src,
-            getattr(self.layers[0], "d_model", None),
-            "M",
-            next(self.parameters(), None),
-        )
+        d_model = getattr(self.layers[0], "d_model", "D")
+        weight = next(self.parameters(), src)
+        _check_arch_tensor("src", src, ("B", "M", d_model), weight)
         b, m, _ = src.shape
-        _check_scores_mask("attn_mask", attn_mask, b, m, m, src, _n_heads(self))
-        _check_token_mask("key_mask", key_mask, b, m, src)
+        if attn_mask is not None:  # bool (True = may attend) or added to the scores
+            scores, kinds = (b, _n_heads(self), m, m), (torch.bool, src.dtype)
+            _check_arch_tensor("attn_mask", attn_mask, scores, src, kinds, True)
+        if key_mask is not None:
+            _check_arch_tensor("key_mask", key_mask, (b, m), src, (torch.bool,))
         # --8<-- [start:encode]
         x = src
         for layer in self.layers:
@@ -327,28 +192,22 @@ class DecoderBlock(nn.Module):
         bias: bool = True,
     ) -> None:
         super().__init__()
-        for name, module in (
-            ("self_attention", self_attention),
-            ("cross_attention", cross_attention),
-        ):
-            if not isinstance(module, nn.Module):
-                raise TypeError(
-                    f"{name} must be an nn.Module, got {type(module).__name__}"
-                )
-        if self_attention is cross_attention:
-            raise ValueError(
-                "self_attention and cross_attention must be two modules, got the same "
-                "module twice (they need their own weights)"
-            )
-        for name, value in (("d_model", d_model), ("d_ff", d_ff)):
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
-        _check_dropout("dropout", dropout)
-        if not isinstance(activation, str) or activation not in _ACTIVATIONS:
-            raise ValueError(
-                f"activation must be one of {sorted(_ACTIVATIONS)}, got {activation!r}"
-            )
-        _check_positive_float("layer_norm_eps", layer_norm_eps)
+        want = "an nn.Module"
+        for name, m in (("self_attention", self_attention),
+                        ("cross_attention", cross_attention)):
+            _check_arch_arg(isinstance(m, nn.Module), name, m, want, TypeError)
+        _check_arch_arg(self_attention is not cross_attention, "cross_attention",
+                        "the same module twice", "a second module (its own weights)")
+        for name, size in (("d_model", d_model), ("d_ff", d_ff)):
+            _check_arch_arg(isinstance(size, int) and size > 0, name, size,
+                            "an int > 0")
+        _check_arch_arg(isinstance(dropout, (int, float)) and 0 <= dropout < 1,
+                        "dropout", dropout, "a float in [0, 1)")
+        _check_arch_arg(activation in _ACTIVATIONS, "activation", activation,
+                        f"one of {sorted(_ACTIVATIONS)}")
+        eps = layer_norm_eps
+        _check_arch_arg(isinstance(eps, (int, float)) and eps > 0, "layer_norm_eps",
+                        eps, "a float > 0")
         self.d_model = d_model
         self.norm_first = norm_first
         self.activation_name = activation
@@ -419,12 +278,25 @@ class DecoderBlock(nn.Module):
         Returns:
             ``(B, N, D)``.
         """
-        _check_width("tgt", tgt, self.d_model, "N", self.linear1.weight)
-        _check_width("memory", memory, self.d_model, "M", self.linear1.weight)
+        weight = self.linear1.weight
+        _check_arch_tensor("memory", memory, ("B", "M", self.d_model), weight)
+        b, m, _ = memory.shape
+        _check_arch_tensor("tgt", tgt, (b, "N", self.d_model), weight)
+        n = tgt.shape[1]
+        heads = (_n_heads(self.self_attention), _n_heads(self.cross_attention))
+        for name, mask, shape in (
+            ("attn_mask", attn_mask, (b, heads[0], n, n)),
+            ("memory_mask", memory_mask, (b, heads[1], n, m)),
+        ):
+            if mask is not None:  # bool (True = may attend) or added to the scores
+                kinds = (torch.bool, tgt.dtype)
+                _check_arch_tensor(name, mask, shape, tgt, kinds, True)
+        for name, mask, shape in (("key_mask", key_mask, (b, n)),
+                                  ("memory_key_mask", memory_key_mask, (b, m))):
+            if mask is not None:
+                _check_arch_tensor(name, mask, shape, tgt, (torch.bool,))
         self_masks = dict(attn_mask=attn_mask, key_mask=key_mask, is_causal=is_causal)
         cross_masks = dict(memory_mask=memory_mask, memory_key_mask=memory_key_mask)
-        heads = (_n_heads(self.self_attention), _n_heads(self.cross_attention))
-        _check_decoder_call(tgt, memory, {**self_masks, **cross_masks}, heads)
         # --8<-- [start:block]
         x = tgt
         if self.norm_first:
@@ -461,20 +333,12 @@ class DecoderBlock(nn.Module):
         Returns:
             A ``DecoderBlock`` on the layer's device and dtype.
         """
-        if not isinstance(layer, nn.TransformerDecoderLayer):
-            raise TypeError(
-                "layer must be an nn.TransformerDecoderLayer, got "
-                f"{type(layer).__name__}"
-            )
-        act = layer.activation
-        if act is F.relu or isinstance(act, nn.ReLU):
-            name = "relu"
-        elif act is F.gelu or (isinstance(act, nn.GELU) and act.approximate == "none"):
-            name = "gelu"
-        else:
-            raise ValueError(
-                f"layer.activation must be ReLU or exact GELU, got {act!r}"
-            )
+        is_layer = isinstance(layer, nn.TransformerDecoderLayer)
+        want = "an nn.TransformerDecoderLayer"
+        _check_arch_arg(is_layer, "layer", layer, want, TypeError)
+        name = _activation_name(layer.activation)
+        _check_arch_arg(name is not None, "layer.activation", layer.activation,
+                        "ReLU or exact GELU")
         ref = layer.linear1.weight
         new = cls(
             self_attention,
@@ -507,8 +371,13 @@ class Decoder(nn.Module):
         self, layers: Sequence[nn.Module], *, norm: nn.Module | None = None
     ) -> None:
         super().__init__()
-        self.layers = _check_layers("layers", layers)
-        _check_norm(norm)
+        seq = layers if isinstance(layers, (list, tuple, nn.ModuleList)) else []
+        ok = 0 < len(seq) == sum(isinstance(layer, nn.Module) for layer in seq)
+        got = [type(layer).__name__ for layer in seq] if seq else layers
+        _check_arch_arg(ok, "layers", got, "a non-empty list of modules", TypeError)
+        self.layers = nn.ModuleList(layers)
+        is_norm = norm is None or isinstance(norm, nn.Module)
+        _check_arch_arg(is_norm, "norm", norm, "an nn.Module or None", TypeError)
         self.norm = norm
 
     def forward(
@@ -556,11 +425,9 @@ class EncoderDecoder(nn.Module):
 
     def __init__(self, encoder: nn.Module, decoder: nn.Module) -> None:
         super().__init__()
-        for name, module in (("encoder", encoder), ("decoder", decoder)):
-            if not isinstance(module, nn.Module):
-                raise TypeError(
-                    f"{name} must be an nn.Module, got {type(module).__name__}"
-                )
+        want = "an nn.Module"
+        for name, m in (("encoder", encoder), ("decoder", decoder)):
+            _check_arch_arg(isinstance(m, nn.Module), name, m, want, TypeError)
         self.encoder = encoder
         self.decoder = decoder
 
@@ -593,16 +460,23 @@ class EncoderDecoder(nn.Module):
         Returns:
             ``(B, N, D)``.
         """
-        masks = dict(
-            src_key_mask=src_key_mask,
-            tgt_key_mask=tgt_key_mask,
-            src_mask=src_mask,
-            tgt_mask=tgt_mask,
-            memory_mask=memory_mask,
-        )
-        _check_encoder_decoder_call(
-            src, tgt, masks, (_n_heads(self.encoder), _n_heads(self.decoder))
-        )
+        _check_arch_tensor("src", src, ("B", "M", "D"), next(self.parameters(), src))
+        h_enc, h_dec = _n_heads(self.encoder), _n_heads(self.decoder)
+        b, m, d = src.shape
+        _check_arch_tensor("tgt", tgt, (b, "N", d), src)
+        n = tgt.shape[1]
+        for name, mask, shape in (
+            ("src_mask", src_mask, (b, h_enc, m, m)),
+            ("tgt_mask", tgt_mask, (b, h_dec, n, n)),
+            ("memory_mask", memory_mask, (b, h_dec, n, m)),
+        ):
+            if mask is not None:  # bool (True = may attend) or added to the scores
+                kinds = (torch.bool, src.dtype)
+                _check_arch_tensor(name, mask, shape, src, kinds, True)
+        for name, mask, shape in (("src_key_mask", src_key_mask, (b, m)),
+                                  ("tgt_key_mask", tgt_key_mask, (b, n))):
+            if mask is not None:
+                _check_arch_tensor(name, mask, shape, src, (torch.bool,))
         # --8<-- [start:encode_decode]
         memory = self.encoder(
             src, attn_mask=src_mask, key_mask=src_key_mask
@@ -638,19 +512,13 @@ class EncoderDecoder(nn.Module):
         Returns:
             An ``EncoderDecoder`` that computes what ``transformer`` computes.
         """
-        if not isinstance(transformer, nn.Transformer):
-            raise TypeError(
-                "transformer must be an nn.Transformer, got "
-                f"{type(transformer).__name__}"
-            )
+        is_model = isinstance(transformer, nn.Transformer)
+        want = "an nn.Transformer"
+        _check_arch_arg(is_model, "transformer", transformer, want, TypeError)
+        first = transformer.batch_first
+        _check_arch_arg(first, "transformer.batch_first", first, "True")
         for name, fn in (("attention", attention), ("encoder_layer", encoder_layer)):
-            if not callable(fn):
-                raise TypeError(f"{name} must be callable, got {type(fn).__name__}")
-        if not transformer.batch_first:
-            raise ValueError(
-                "transformer must be built with batch_first=True (this module is "
-                "batch-first), got batch_first=False"
-            )
+            _check_arch_arg(callable(fn), name, fn, "callable", TypeError)
         enc, dec = transformer.encoder, transformer.decoder
         encoder = Encoder(
             [encoder_layer(layer, attention(layer.self_attn)) for layer in enc.layers],

@@ -21,7 +21,6 @@ This file needs only torch and the standard library: copy it into a project.
 from __future__ import annotations
 
 import copy
-import math
 
 import torch
 import torch.nn.functional as F
@@ -30,78 +29,58 @@ from torch import Tensor, nn
 __all__ = ["TransformerBlock", "TorchAttention"]
 
 _ACTIVATIONS = {"gelu": F.gelu, "relu": F.relu}
+_FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 
 # --8<-- [start:validate]
-def _check_block_sizes(attention, d_model, d_ff, dropout, activation, eps) -> None:
-    """Refuse sizes, rates and an activation the block cannot build."""
-    if not isinstance(attention, nn.Module):
-        raise TypeError(
-            f"attention must be an nn.Module, got {type(attention).__name__}"
-        )
-    for name, value in (("d_model", d_model), ("d_ff", d_ff)):
-        if not isinstance(value, int) or value <= 0:
-            raise ValueError(f"{name} must be a positive int, got {value!r}")
-    if not isinstance(dropout, (int, float)) or not 0.0 <= dropout < 1.0:
-        raise ValueError(f"dropout must be a float in [0, 1), got {dropout!r}")
-    if activation not in _ACTIVATIONS:
-        raise ValueError(
-            f"activation must be one of {sorted(_ACTIVATIONS)}, got {activation!r}"
-        )
-    if not isinstance(eps, (int, float)) or not 0 < eps < math.inf:
-        raise ValueError(f"layer_norm_eps must be a finite float > 0, got {eps!r}")
-
-
-def _check_block_tokens(name: str, x: Tensor, d_model: int, weight: Tensor) -> None:
-    """Refuse x unless it is a floating (B, N, D) tensor like the module's weight."""
-    if not isinstance(x, Tensor) or x.dim() != 3 or x.shape[-1] != d_model:
-        got = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
-        raise ValueError(
-            f"{name} must have shape (B, N, D) with D = {d_model}, got {got}"
-        )
-    if not x.is_floating_point():
-        raise TypeError(f"{name} must have a floating dtype, got {x.dtype}")
-    if x.device != weight.device:
-        raise ValueError(
-            f"{name} must be on the module's device {weight.device}, got {x.device}"
-        )
-    if x.dtype != weight.dtype and not torch.is_autocast_enabled(x.device.type):
-        raise TypeError(
-            f"{name} must have the module's dtype {weight.dtype}, got {x.dtype}"
-        )
-
-
-def _check_torch_attention_call(
-    mha: nn.MultiheadAttention,
-    x: Tensor,
-    attn_mask: Tensor | None,
-    key_mask: Tensor | None,
+def _check_arch_arg(
+    ok: bool, name: str, value: object, want: str, error: type = ValueError
 ) -> None:
-    """Refuse x (B, N, D), attn_mask (N, N) and key_mask (B, N) that do not fit mha."""
-    _check_block_tokens("x", x, mha.embed_dim, mha.out_proj.weight)
-    b, n, _ = x.shape
-    wants = {
-        "attn_mask": ((n, n), "(N, N)", "torch.bool (True = may attend) or "
-                      f"{x.dtype} (added to the scores)"),
-        "key_mask": ((b, n), "(B, N)", "a torch.bool tensor (True = real token)"),
-    }
-    for name, mask in (("attn_mask", attn_mask), ("key_mask", key_mask)):
-        shape, letters, kinds = wants[name]
-        ok = (torch.bool, x.dtype) if name == "attn_mask" else (torch.bool,)
-        if mask is None:
-            continue
-        if not isinstance(mask, Tensor) or mask.dtype not in ok:
-            got = mask.dtype if isinstance(mask, Tensor) else type(mask).__name__
-            raise TypeError(f"{name} must be {kinds}, got {got}")
-        if mask.shape != shape:
-            raise ValueError(
-                f"{name} must have shape {letters} = {shape}, got {tuple(mask.shape)}"
-            )
-        if mask.device != x.device:
-            raise ValueError(
-                f"{name} must be on x's device {x.device}, got {mask.device}"
-            )
+    """Raise ``error`` naming the argument, what it must be and what it got."""
+    if not ok:
+        plain = value is None or isinstance(value, (int, float, str, list))
+        got = repr(value) if plain else type(value).__name__
+        raise error(f"{name} must be {want}, got {got}")
+
+
+def _check_arch_tensor(
+    name: str, t: object, shape: tuple, like: torch.Tensor, dtypes=None, broadcast=False
+) -> None:
+    """Raise unless t is a tensor of ``shape``, a dtype in ``dtypes``, on like's device.
+
+    A letter in ``shape`` takes any size. ``dtypes=None`` asks for like's dtype
+    (any floating dtype under autocast). With ``broadcast``, t may drop leading
+    dimensions (two stay) and hold 1 anywhere: a mask over (B, H, N, M) scores.
+    """
+    want = "(" + ", ".join(map(str, shape)) + ")"
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a tensor {want}, got {type(t).__name__}")
+    fits = (2 if broadcast else len(shape)) <= t.dim() <= len(shape) and all(
+        isinstance(w, str) or s == w or (broadcast and s == 1)
+        for s, w in zip(reversed(t.shape), reversed(shape))
+    )
+    if not fits:
+        how = "broadcast to" if broadcast else "have shape"
+        raise ValueError(f"{name} must {how} {want}, got {tuple(t.shape)}")
+    if dtypes is None:
+        kind = like.device.type
+        amp = torch.amp.is_autocast_available(kind) and torch.is_autocast_enabled(kind)
+        dtypes = _FLOATS if amp else (like.dtype,)
+    if t.dtype not in dtypes:
+        kinds = " or ".join(map(str, dtypes))
+        raise TypeError(f"{name} must have dtype {kinds}, got {t.dtype}")
+    if t.device != like.device:
+        raise ValueError(f"{name} must be on {like.device}, got {t.device}")
 # --8<-- [end:validate]
+
+
+def _activation_name(act: object) -> str | None:
+    """"relu" or "gelu" for what a PyTorch Transformer layer computes, else None."""
+    if act is F.relu or isinstance(act, nn.ReLU):
+        return "relu"
+    if act is F.gelu or (isinstance(act, nn.GELU) and act.approximate == "none"):
+        return "gelu"
+    return None  # tanh-approximate GELU, SiLU, ...: not what the block computes
 
 
 # --8<-- [start:torch_attention]
@@ -122,14 +101,9 @@ class TorchAttention(nn.Module):
 
     def __init__(self, mha: nn.MultiheadAttention) -> None:
         super().__init__()
-        if not isinstance(mha, nn.MultiheadAttention):
-            raise TypeError(
-                f"mha must be an nn.MultiheadAttention, got {type(mha).__name__}"
-            )
-        if not mha.batch_first:
-            raise ValueError(
-                "mha must be built with batch_first=True, got batch_first=False"
-            )
+        is_mha = isinstance(mha, nn.MultiheadAttention)
+        _check_arch_arg(is_mha, "mha", mha, "an nn.MultiheadAttention", TypeError)
+        _check_arch_arg(mha.batch_first, "mha.batch_first", mha.batch_first, "True")
         self.mha = mha
 
     def forward(
@@ -141,8 +115,13 @@ class TorchAttention(nn.Module):
         is_causal: bool = False,
     ) -> tuple[Tensor, None]:
         """nn.MultiheadAttention on x, the guide's masks flipped to True = blocked."""
-        _check_torch_attention_call(self.mha, x, attn_mask, key_mask)
-        n = x.shape[1]
+        d_model, weight = self.mha.embed_dim, self.mha.out_proj.weight
+        _check_arch_tensor("x", x, ("B", "N", d_model), weight)
+        b, n, _ = x.shape
+        if attn_mask is not None:  # bool (True = may attend) or added to the scores
+            _check_arch_tensor("attn_mask", attn_mask, (n, n), x, (torch.bool, x.dtype))
+        if key_mask is not None:  # True = real token
+            _check_arch_tensor("key_mask", key_mask, (b, n), x, (torch.bool,))
         blocked = None
         if attn_mask is not None:  # flip the polarity of a boolean mask
             blocked = ~attn_mask if attn_mask.dtype == torch.bool else attn_mask
@@ -195,9 +174,18 @@ class TransformerBlock(nn.Module):
         bias: bool = True,
     ) -> None:
         super().__init__()
-        _check_block_sizes(
-            attention, d_model, d_ff, dropout, activation, layer_norm_eps
-        )
+        _check_arch_arg(isinstance(attention, nn.Module), "attention", attention,
+                        "an nn.Module", TypeError)
+        for name, size in (("d_model", d_model), ("d_ff", d_ff)):
+            _check_arch_arg(isinstance(size, int) and size > 0, name, size,
+                            "an int > 0")
+        _check_arch_arg(isinstance(dropout, (int, float)) and 0 <= dropout < 1,
+                        "dropout", dropout, "a float in [0, 1)")
+        _check_arch_arg(activation in _ACTIVATIONS, "activation", activation,
+                        f"one of {sorted(_ACTIVATIONS)}")
+        eps = layer_norm_eps
+        _check_arch_arg(isinstance(eps, (int, float)) and eps > 0, "layer_norm_eps",
+                        eps, "a float > 0")
         self.d_model = d_model
         self.norm_first = norm_first
         self.activation_name = activation
@@ -229,7 +217,7 @@ class TransformerBlock(nn.Module):
         key_mask: Tensor | None = None, is_causal: bool = False,
     ) -> Tensor:
         """Pre-norm: x + Attn(LN(x)), then + MLP(LN(x)); post-norm: LN(x + ...)."""
-        _check_block_tokens("x", x, self.d_model, self.linear1.weight)
+        _check_arch_tensor("x", x, ("B", "N", self.d_model), self.linear1.weight)
         masks = dict(attn_mask=attn_mask, key_mask=key_mask, is_causal=is_causal)
         if self.norm_first:
             # Pre-norm: the residual stream x is never normalised, so the
@@ -262,23 +250,12 @@ class TransformerBlock(nn.Module):
         Returns:
             A ``TransformerBlock`` on the layer's device and dtype.
         """
-        if not isinstance(layer, nn.TransformerEncoderLayer):
-            raise TypeError(
-                "layer must be an nn.TransformerEncoderLayer, "
-                f"got {type(layer).__name__}"
-            )
-        if attention is not None and not isinstance(attention, nn.Module):
-            got = type(attention).__name__
-            raise TypeError(f"attention must be an nn.Module or None, got {got}")
-        act = layer.activation
-        if act is F.relu or isinstance(act, nn.ReLU):
-            name = "relu"
-        elif act is F.gelu or (isinstance(act, nn.GELU) and act.approximate == "none"):
-            name = "gelu"
-        else:  # tanh-approximate GELU, SiLU, ...: not what this block computes
-            raise ValueError(
-                f"layer.activation must be ReLU or exact GELU, got {act!r}"
-            )
+        is_layer = isinstance(layer, nn.TransformerEncoderLayer)
+        want = "an nn.TransformerEncoderLayer"
+        _check_arch_arg(is_layer, "layer", layer, want, TypeError)
+        name = _activation_name(layer.activation)
+        _check_arch_arg(name is not None, "layer.activation", layer.activation,
+                        "ReLU or exact GELU")
         if attention is None:
             attention = TorchAttention(copy.deepcopy(layer.self_attn))
         ref = layer.linear1.weight

@@ -53,23 +53,20 @@ PAD, BOS, EOS = 0, 1, 2  # digits d are tokens d + 3
 
 
 # --8<-- [start:tensor_checks]
-def _check_positive_sizes(minimum: int, **values: object) -> None:
-    """Refuse a size or a count that is not an int >= minimum."""
-    for name, value in values.items():
-        if not isinstance(value, int) or value < minimum:
-            raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
+def _check_positive_sizes(low: int, **values: object) -> None:
+    """Refuse a size or a count that is not an int >= low."""
+    if bad := {k: v for k, v in values.items() if not isinstance(v, int) or v < low}:
+        raise ValueError(f"{', '.join(bad)} must be an int >= {low}, got {bad}")
 
 
 def _check_tensor(name, t, shape, like: torch.Tensor, dtypes=None) -> None:
     """Refuse t unless it has this shape (None = any size), dtype and like's device."""
     got = tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
-    wrong_rank = not isinstance(got, tuple) or len(got) != len(shape)
-    if wrong_rank or any(s not in (None, n) for s, n in zip(shape, got)):
-        want = ", ".join("*" if s is None else str(s) for s in shape)
-        raise ValueError(f"{name} must have shape ({want}) (* = any), got {got}")
-    kind = like.device.type  # under autocast the module's dtype may differ
-    cast = torch.amp.is_autocast_available(kind) and torch.is_autocast_enabled(kind)
-    if t.dtype not in (dtypes or (like.dtype,)) and not (dtypes is None and cast):
+    fill = tuple(n if s is None else s for s, n in zip(shape, got))  # None takes got's
+    if got != fill or len(got) != len(shape):
+        raise ValueError(f"{name} must have shape {tuple(shape)}, got {got}")
+    ok = t.dtype in (dtypes or (like.dtype,))  # under autocast, like's dtype may differ
+    if not ok and not (dtypes is None and torch.is_autocast_enabled(like.device.type)):
         raise TypeError(f"{name} must have dtype {dtypes or like.dtype}, got {t.dtype}")
     if t.device != like.device:
         raise ValueError(f"{name} must be on {like.device}, got {t.device}")
@@ -80,9 +77,8 @@ def _check_tensor(name, t, shape, like: torch.Tensor, dtypes=None) -> None:
 def _check_token_ids(name, ids, vocab_size: int, like, shape=(None, None)) -> None:
     """Refuse anything but a (B, N) integer tensor of ids in [0, vocab_size)."""
     _check_tensor(name, ids, shape, like, (torch.int64, torch.int32))
-    if bool(((ids < 0) | (ids >= vocab_size)).any()):
-        raise ValueError(f"{name} must lie in [0, {vocab_size}), got "
-                         f"ids from {int(ids.min())} to {int(ids.max())}")
+    if (bad := ids[(ids < 0) | (ids >= vocab_size)].unique()).numel():
+        raise ValueError(f"{name} must lie in [0, {vocab_size}), got {bad.tolist()}")
 
 
 def _check_source(src, mask, embedding: nn.Embedding, mask_name: str) -> None:
@@ -92,9 +88,8 @@ def _check_source(src, mask, embedding: nn.Embedding, mask_name: str) -> None:
         return
     _check_tensor(mask_name, mask, tuple(src.shape), src, (torch.bool,))
     prefix = torch.arange(src.shape[1], device=src.device) < mask.sum(-1, keepdim=True)
-    if not torch.equal(mask, prefix) or not bool(mask[:, 0].all()):
-        raise ValueError(f"{mask_name} must be right-padded (True, then False) with a "
-                         f"real token first in every row, got {mask.int().tolist()}")
+    if not torch.equal(mask, prefix) or not bool(mask[:, 0].all()):  # True..., False...
+        raise ValueError(f"{mask_name} must be right-padded, got {mask.int().tolist()}")
 
 # --8<-- [end:checks]
 
@@ -140,7 +135,8 @@ class AdditiveAttention(nn.Module):
 
     def __init__(self, query_dim: int, key_dim: int, attn_dim: int) -> None:
         super().__init__()
-        _check_positive_sizes(1, query_dim=query_dim, key_dim=key_dim, attn_dim=attn_dim)
+        _check_positive_sizes(1, query_dim=query_dim, key_dim=key_dim,
+                              attn_dim=attn_dim)
         # The paper writes the score without biases; so does this module.
         self.w_a = nn.Linear(query_dim, attn_dim, bias=False)  # W_a
         self.u_a = nn.Linear(key_dim, attn_dim, bias=False)  # U_a
@@ -148,16 +144,14 @@ class AdditiveAttention(nn.Module):
 
     def _check_forward(self, query, keys, key_mask, projected_keys) -> None:
         """Refuse inputs that do not fit W_a, U_a or each other."""
-        weight = self.w_a.weight
-        _check_tensor("query", query, (None, None, self.w_a.in_features), weight)
-        b, key_dim = query.shape[0], self.u_a.in_features
-        _check_tensor("keys", keys, (b, None, key_dim), weight)
-        m = keys.shape[1]
+        w, (attn_dim, key_dim) = self.w_a.weight, self.u_a.weight.shape
+        _check_tensor("query", query, (None, None, self.w_a.in_features), w)
+        _check_tensor("keys", keys, (query.shape[0], None, key_dim), w)
+        b, m, _ = keys.shape
         if key_mask is not None:
             _check_tensor("key_mask", key_mask, (b, m), keys, (torch.bool,))
         if projected_keys is not None:
-            shape = (b, m, self.u_a.out_features)
-            _check_tensor("projected_keys", projected_keys, shape, weight)
+            _check_tensor("projected_keys", projected_keys, (b, m, attn_dim), w)
 # --8<-- [end:attention_face]
 
     # --8<-- [start:score]
@@ -208,7 +202,8 @@ class BahdanauEncoder(nn.Module):
         self, vocab_size: int, emb_dim: int, hidden_size: int, *, padding_idx: int = 0
     ) -> None:
         super().__init__()
-        _check_positive_sizes(1, vocab_size=vocab_size, emb_dim=emb_dim, hidden_size=hidden_size)
+        _check_positive_sizes(1, vocab_size=vocab_size, emb_dim=emb_dim,
+                              hidden_size=hidden_size)
         self.embedding = nn.Embedding(vocab_size, emb_dim, padding_idx=padding_idx)
         self.rnn = nn.GRU(emb_dim, hidden_size, batch_first=True, bidirectional=True)
 # --8<-- [end:encoder_face]
@@ -269,8 +264,9 @@ class BahdanauSeq2Seq(nn.Module):
         use_attention: bool = True,
     ) -> None:
         super().__init__()
-        _check_positive_sizes(1, src_vocab=src_vocab, tgt_vocab=tgt_vocab, emb_dim=emb_dim)
-        _check_positive_sizes(1, hidden_size=hidden_size, attn_dim=attn_dim)
+        _check_positive_sizes(1, src_vocab=src_vocab, tgt_vocab=tgt_vocab,
+                              emb_dim=emb_dim, hidden_size=hidden_size,
+                              attn_dim=attn_dim)
         n = hidden_size
         self.use_attention = use_attention
         self.encoder = BahdanauEncoder(src_vocab, emb_dim, n)
@@ -366,9 +362,8 @@ def reversal_batch(batch_size: int, min_len: int, max_len: int, rng: random.Rand
     (BOS + target), ``tgt_out (B, T)`` (target + EOS, PAD after), with
     M = the longest source and T = M + 1. Digit d is token d + 3.
     """
-    _check_positive_sizes(1, batch_size=batch_size, min_len=min_len, max_len=max_len)
-    if min_len > max_len:
-        raise ValueError(f"max_len must be >= min_len={min_len}, got max_len={max_len}")
+    _check_positive_sizes(1, batch_size=batch_size, min_len=min_len)
+    _check_positive_sizes(min_len, max_len=max_len)
     lengths = [rng.randint(min_len, max_len) for _ in range(batch_size)]
     m = max(lengths)
     src = torch.full((batch_size, m), PAD, dtype=torch.long)
@@ -426,8 +421,6 @@ def accuracy_by_length(
     model: nn.Module, lengths: Iterable[int], *, n_per_length: int = 100, seed: int = 1
 ) -> dict[int, float]:
     """Share of sentences of each length reversed exactly (greedy, EOS included)."""
-    if not isinstance(lengths, Iterable):
-        raise TypeError(f"lengths must be a list of ints, got {type(lengths).__name__}")
     lengths = list(lengths)
     _check_positive_sizes(1, n_per_length=n_per_length)
     _check_positive_sizes(1, **{f"lengths[{i}]": n for i, n in enumerate(lengths)})

@@ -24,7 +24,7 @@ import copy
 import math
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import torch
 import torch.nn.functional as F
@@ -41,23 +41,20 @@ IGNORE_INDEX = -100  # label of a position the loss skips (F.cross_entropy's def
 
 
 # --8<-- [start:tensor_checks]
-def _check_positive_sizes(minimum: int, **values: object) -> None:
-    """Refuse a size or a count that is not an int >= minimum."""
-    for name, value in values.items():
-        if not isinstance(value, int) or value < minimum:
-            raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
+def _check_positive_sizes(low: int, **values: object) -> None:
+    """Refuse a size or a count that is not an int >= low."""
+    if bad := {k: v for k, v in values.items() if not isinstance(v, int) or v < low}:
+        raise ValueError(f"{', '.join(bad)} must be an int >= {low}, got {bad}")
 
 
 def _check_tensor(name, t, shape, like: torch.Tensor, dtypes=None) -> None:
     """Refuse t unless it has this shape (None = any size), dtype and like's device."""
     got = tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
-    wrong_rank = not isinstance(got, tuple) or len(got) != len(shape)
-    if wrong_rank or any(s not in (None, n) for s, n in zip(shape, got)):
-        want = ", ".join("*" if s is None else str(s) for s in shape)
-        raise ValueError(f"{name} must have shape ({want}) (* = any), got {got}")
-    kind = like.device.type  # under autocast the module's dtype may differ
-    cast = torch.amp.is_autocast_available(kind) and torch.is_autocast_enabled(kind)
-    if t.dtype not in (dtypes or (like.dtype,)) and not (dtypes is None and cast):
+    fill = tuple(n if s is None else s for s, n in zip(shape, got))  # None takes got's
+    if got != fill or len(got) != len(shape):
+        raise ValueError(f"{name} must have shape {tuple(shape)}, got {got}")
+    ok = t.dtype in (dtypes or (like.dtype,))  # under autocast, like's dtype may differ
+    if not ok and not (dtypes is None and torch.is_autocast_enabled(like.device.type)):
         raise TypeError(f"{name} must have dtype {dtypes or like.dtype}, got {t.dtype}")
     if t.device != like.device:
         raise ValueError(f"{name} must be on {like.device}, got {t.device}")
@@ -79,18 +76,16 @@ def _check_generator(generator) -> None:
 def _check_token_ids(name, ids, vocab_size: int, like, shape=(None, None)) -> None:
     """Refuse anything but a (B, N) integer tensor of ids in [0, vocab_size)."""
     _check_tensor(name, ids, shape, like, (torch.int64, torch.int32))
-    if bool(((ids < 0) | (ids >= vocab_size)).any()):
-        raise ValueError(f"{name} must lie in [0, {vocab_size}), got "
-                         f"ids from {int(ids.min())} to {int(ids.max())}")
+    if (bad := ids[(ids < 0) | (ids >= vocab_size)].unique()).numel():
+        raise ValueError(f"{name} must lie in [0, {vocab_size}), got {bad.tolist()}")
 # --8<-- [end:tensor_checks]
 
 
 # --8<-- [start:checks]
 def _check_bert_config(c) -> None:
     """Refuse sizes that are not positive ints, D not divisible by H, bad specials."""
-    names = ("vocab_size", "d_model", "n_layers", "n_heads", "d_ff", "max_len")
-    names += ("n_segments",)
-    _check_positive_sizes(1, **{name: getattr(c, name) for name in names})
+    sizes = {f.name: getattr(c, f.name) for f in fields(c) if f.type == "int"}
+    _check_positive_sizes(1, **sizes)
     if c.d_model % c.n_heads:
         raise ValueError(f"d_model must divide by n_heads={c.n_heads}, got {c.d_model}")
     _check_number("dropout", c.dropout, 0.0, 1.0)
@@ -101,21 +96,16 @@ def _check_bert_config(c) -> None:
 def _check_special(special, vocab_size: int | None = None) -> None:
     if not isinstance(special, SpecialTokens):
         raise TypeError(f"special must be a SpecialTokens, got {special!r}")
+    _check_positive_sizes(0, **dict(zip(("pad", "cls", "sep", "mask"), special.ids)))
+    if len(set(special.ids)) != 4:
+        raise ValueError(f"pad, cls, sep and mask must differ, got {special}")
     if vocab_size is not None and max(special.ids) >= vocab_size:
-        raise ValueError(f"vocab_size must exceed every special id {special.ids}, "
-                         f"got {vocab_size}")
-
-
-def _check_special_ids(t) -> None:
-    _check_positive_sizes(0, pad=t.pad, cls=t.cls, sep=t.sep, mask=t.mask)
-    if len(set(t.ids)) != 4:
-        raise ValueError(f"pad, cls, sep and mask must differ, got {t}")
+        raise ValueError(f"vocab_size must exceed the special ids, got {vocab_size}")
 
 
 def _check_steps(name: str, steps) -> None:
-    if not isinstance(steps, (tuple, list)) or not steps or not all(
-        isinstance(s, int) for s in steps
-    ):
+    ints = isinstance(steps, (tuple, list)) and all(isinstance(s, int) for s in steps)
+    if not ints or not steps:
         raise ValueError(f"{name} must be a non-empty tuple of ints, got {steps!r}")
 
 
@@ -124,8 +114,7 @@ def _check_bert_inputs(config, input_ids, segment_ids, key_mask, like) -> None:
     _check_token_ids("input_ids", input_ids, config.vocab_size, like)
     b, n = input_ids.shape
     if n > config.max_len:
-        n_max = config.max_len
-        raise ValueError(f"input_ids must have N <= max_len={n_max}, got N = {n}")
+        raise ValueError(f"input_ids must have N <= max_len={config.max_len}, got {n}")
     if segment_ids is not None:
         _check_token_ids("segment_ids", segment_ids, config.n_segments, like, (b, n))
     if key_mask is not None:
@@ -145,7 +134,7 @@ class SpecialTokens:
     mask: int = 3  # stands in for a token the model must predict
 
     def __post_init__(self) -> None:
-        _check_special_ids(self)
+        _check_special(self)
 
     @property
     def ids(self) -> tuple[int, int, int, int]:
@@ -314,12 +303,10 @@ class MlmHead(nn.Module):
         ``(B, N, D)`` -> logits ``(B, N, V)``.
     """
 
-    def _check_tied(self, config, token_embedding) -> None:
+    def _check_tied(self, config, emb) -> None:
         want = (config.vocab_size, config.d_model)
-        weight = getattr(token_embedding, "weight", None)
-        got = getattr(weight, "shape", token_embedding)
-        if not isinstance(token_embedding, nn.Embedding) or got != want:
-            raise TypeError(f"token_embedding must be an Embedding {want}, got {got}")
+        if not isinstance(emb, nn.Embedding) or emb.weight.shape != want:
+            raise TypeError(f"token_embedding must be an Embedding {want}, got {emb!r}")
 # --8<-- [end:mlm_face]
 
     # --8<-- [start:mlm_head]
@@ -380,10 +367,8 @@ def mlm_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     Returns:
         The mean loss over the selected positions, a scalar.
     """
-    is_tensor = isinstance(logits, torch.Tensor)
-    got = (logits.dtype, tuple(logits.shape)) if is_tensor else type(logits).__name__
-    if not is_tensor or not logits.is_floating_point() or logits.dim() != 3:
-        raise ValueError(f"logits must be a floating (B, N, V) tensor, got {got}")
+    floats = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+    _check_tensor("logits", logits, (None, None, None), logits, floats)
     shape, dtypes = tuple(logits.shape[:2]), (torch.int64, torch.int32)
     _check_tensor("labels", labels, shape, logits, dtypes)
     known = (labels == IGNORE_INDEX) | ((labels >= 0) & (labels < logits.shape[-1]))
@@ -552,8 +537,7 @@ def state_dict_from_transformers(hf_state: Mapping[str, torch.Tensor]) -> dict:
                 out[new.replace("bert.pooler.", "pooler.")] = value
                 break
         else:
-            raise ValueError(f"hf_state has a key this function cannot place: {key!r} "
-                             "(it reads transformers' BERT classes; got this one)")
+            raise ValueError(f"hf_state must hold transformers' BERT keys, got {key!r}")
     for (prefix, layer, kind), parts in qkv.items():
         # rows [0, D) make q, [D, 2D) make k, [2D, 3D) make v, as in the fused in_proj
         out[f"{prefix}layers.{layer}.attention.in_proj.{kind}"] = torch.cat(
@@ -664,8 +648,7 @@ def train_tiny_bert(
     _check_number("lr", lr, 0.0, low_ok=False)
     room = None if config is None else config.vocab_size - 1 - max(config.special.ids)
     if config is not None and (length + 2 > config.max_len or n_tokens > room):
-        raise ValueError(f"length + 2 and n_tokens must fit {config}, got length="
-                         f"{length}, n_tokens={n_tokens}")
+        raise ValueError(f"length, n_tokens must fit config, got {length}, {n_tokens}")
     torch.manual_seed(seed)
     g = torch.Generator().manual_seed(seed)
     n_special = len(SpecialTokens().ids)

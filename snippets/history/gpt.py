@@ -34,23 +34,20 @@ __all__ = [
 
 
 # --8<-- [start:tensor_checks]
-def _check_positive_sizes(minimum: int, **values: object) -> None:
-    """Refuse a size or a count that is not an int >= minimum."""
-    for name, value in values.items():
-        if not isinstance(value, int) or value < minimum:
-            raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
+def _check_positive_sizes(low: int, **values: object) -> None:
+    """Refuse a size or a count that is not an int >= low."""
+    if bad := {k: v for k, v in values.items() if not isinstance(v, int) or v < low}:
+        raise ValueError(f"{', '.join(bad)} must be an int >= {low}, got {bad}")
 
 
 def _check_tensor(name, t, shape, like: torch.Tensor, dtypes=None) -> None:
     """Refuse t unless it has this shape (None = any size), dtype and like's device."""
     got = tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
-    wrong_rank = not isinstance(got, tuple) or len(got) != len(shape)
-    if wrong_rank or any(s not in (None, n) for s, n in zip(shape, got)):
-        want = ", ".join("*" if s is None else str(s) for s in shape)
-        raise ValueError(f"{name} must have shape ({want}) (* = any), got {got}")
-    kind = like.device.type  # under autocast the module's dtype may differ
-    cast = torch.amp.is_autocast_available(kind) and torch.is_autocast_enabled(kind)
-    if t.dtype not in (dtypes or (like.dtype,)) and not (dtypes is None and cast):
+    fill = tuple(n if s is None else s for s, n in zip(shape, got))  # None takes got's
+    if got != fill or len(got) != len(shape):
+        raise ValueError(f"{name} must have shape {tuple(shape)}, got {got}")
+    ok = t.dtype in (dtypes or (like.dtype,))  # under autocast, like's dtype may differ
+    if not ok and not (dtypes is None and torch.is_autocast_enabled(like.device.type)):
         raise TypeError(f"{name} must have dtype {dtypes or like.dtype}, got {t.dtype}")
     if t.device != like.device:
         raise ValueError(f"{name} must be on {like.device}, got {t.device}")
@@ -72,9 +69,8 @@ def _check_generator(generator) -> None:
 def _check_token_ids(name, ids, vocab_size: int, like, shape=(None, None)) -> None:
     """Refuse anything but a (B, N) integer tensor of ids in [0, vocab_size)."""
     _check_tensor(name, ids, shape, like, (torch.int64, torch.int32))
-    if bool(((ids < 0) | (ids >= vocab_size)).any()):
-        raise ValueError(f"{name} must lie in [0, {vocab_size}), got "
-                         f"ids from {int(ids.min())} to {int(ids.max())}")
+    if (bad := ids[(ids < 0) | (ids >= vocab_size)].unique()).numel():
+        raise ValueError(f"{name} must lie in [0, {vocab_size}), got {bad.tolist()}")
 # --8<-- [end:tensor_checks]
 
 
@@ -134,8 +130,7 @@ class GPT(nn.Module):
         """Refuse ids the vocabulary lacks and sequences longer than max_len."""
         vocab, n_max = self.config.vocab_size, self.config.max_len
         _check_token_ids("input_ids", input_ids, vocab, self.token.weight)
-        if input_ids.shape[1] > n_max:
-            n = input_ids.shape[1]
+        if (n := input_ids.shape[1]) > n_max:
             raise ValueError(f"input_ids must have N <= max_len={n_max}, got N = {n}")
 # --8<-- [end:model_face]
 
@@ -198,12 +193,10 @@ def next_token_loss(logits: torch.Tensor, input_ids: torch.Tensor) -> torch.Tens
     Returns:
         The mean cross-entropy over the ``B * (N - 1)`` predictions, a scalar.
     """
-    is_tensor = isinstance(logits, torch.Tensor)
-    got = (logits.dtype, tuple(logits.shape)) if is_tensor else type(logits).__name__
-    if not is_tensor or not logits.is_floating_point() or logits.dim() != 3 or (
-        logits.shape[1] < 2
-    ):
-        raise ValueError(f"logits must be floating (B, N, V) with N >= 2, got {got}")
+    floats = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+    _check_tensor("logits", logits, (None, None, None), logits, floats)
+    if logits.shape[1] < 2:
+        raise ValueError(f"logits must have N >= 2, got {tuple(logits.shape)}")
     shape = tuple(logits.shape[:2])
     _check_token_ids("input_ids", input_ids, logits.shape[-1], logits, shape)
     return shifted_cross_entropy(logits, input_ids)
@@ -253,8 +246,6 @@ def generate(
     Returns:
         ``(B, N0 + max_new_tokens)``: the prompt followed by the new tokens.
     """
-    if not isinstance(model, GPT):
-        raise TypeError(f"model must be a GPT, got {type(model).__name__}")
     vocab, weight = model.config.vocab_size, model.token.weight
     _check_token_ids("prompt", prompt, vocab, weight)
     if prompt.shape[1] < 1:
@@ -343,8 +334,6 @@ def train_tiny_gpt(
     Returns:
         A ``TinyGPTResult`` with the trained model and held-out metrics.
     """
-    if not callable(make_block):
-        raise TypeError(f"make_block must be callable, got {make_block!r}")
     _check_positive_sizes(1, length=length, n_digits=n_digits, batch_size=batch_size)
     _check_positive_sizes(0, steps=steps, seed=seed)
     _check_number("lr", lr, 0.0, low_ok=False)
@@ -355,8 +344,7 @@ def train_tiny_gpt(
                            max_len=2 * length + 1, dropout=0.0, norm_first=True)
     fits = isinstance(config, GPTConfig) and config.vocab_size > n_digits
     if not fits or config.max_len < 2 * length + 1:
-        raise ValueError(f"config must be a GPTConfig with n_digits + 1 tokens and "
-                         f"2 * length + 1 positions, got {config!r}")
+        raise ValueError(f"config must fit n_digits and length, got {config!r}")
     torch.manual_seed(seed)
     g = torch.Generator().manual_seed(seed)
     model = GPT(config, make_block)

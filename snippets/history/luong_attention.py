@@ -43,23 +43,20 @@ SCORES = ("dot", "general", "concat")
 
 
 # --8<-- [start:tensor_checks]
-def _check_positive_sizes(minimum: int, **values: object) -> None:
-    """Refuse a size or a count that is not an int >= minimum."""
-    for name, value in values.items():
-        if not isinstance(value, int) or value < minimum:
-            raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
+def _check_positive_sizes(low: int, **values: object) -> None:
+    """Refuse a size or a count that is not an int >= low."""
+    if bad := {k: v for k, v in values.items() if not isinstance(v, int) or v < low}:
+        raise ValueError(f"{', '.join(bad)} must be an int >= {low}, got {bad}")
 
 
 def _check_tensor(name, t, shape, like: torch.Tensor, dtypes=None) -> None:
     """Refuse t unless it has this shape (None = any size), dtype and like's device."""
     got = tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
-    wrong_rank = not isinstance(got, tuple) or len(got) != len(shape)
-    if wrong_rank or any(s not in (None, n) for s, n in zip(shape, got)):
-        want = ", ".join("*" if s is None else str(s) for s in shape)
-        raise ValueError(f"{name} must have shape ({want}) (* = any), got {got}")
-    kind = like.device.type  # under autocast the module's dtype may differ
-    cast = torch.amp.is_autocast_available(kind) and torch.is_autocast_enabled(kind)
-    if t.dtype not in (dtypes or (like.dtype,)) and not (dtypes is None and cast):
+    fill = tuple(n if s is None else s for s, n in zip(shape, got))  # None takes got's
+    if got != fill or len(got) != len(shape):
+        raise ValueError(f"{name} must have shape {tuple(shape)}, got {got}")
+    ok = t.dtype in (dtypes or (like.dtype,))  # under autocast, like's dtype may differ
+    if not ok and not (dtypes is None and torch.is_autocast_enabled(like.device.type)):
         raise TypeError(f"{name} must have dtype {dtypes or like.dtype}, got {t.dtype}")
     if t.device != like.device:
         raise ValueError(f"{name} must be on {like.device}, got {t.device}")
@@ -104,7 +101,8 @@ class LuongAttention(nn.Module):
 
     def __init__(self, d_model: int, score: str = "general", *, window=None) -> None:
         super().__init__()
-        _check_positive_sizes(1, d_model=d_model, window=1 if window is None else window)
+        width = 1 if window is None else window  # None: global attention
+        _check_positive_sizes(1, d_model=d_model, window=width)
         if score not in SCORES:
             raise ValueError(f"score must be one of {', '.join(SCORES)}, got {score!r}")
         self.d_model, self.score, self.window = d_model, score, window
