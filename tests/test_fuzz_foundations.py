@@ -95,7 +95,7 @@ def _(s):
 @fuzz("foundations.positional_encoding.offset_rotation")
 def _(s):
     return [Call(pe_mod.offset_rotation, {"k": -3, "d_model": 2 * s.d},
-                 {"k": Bad(2.5, True, "1", None), "d_model": Bad(0, 3, 2.5, True, "4"),
+                 {"d_model": Bad(0, 3, 2.5, True, "4"),
                   "base": Bad(0.5, "1e4", None), "dtype": FLOAT_DTYPE})]
 
 

@@ -93,14 +93,12 @@ def test_padding_mask_elementwise():
 
 
 def test_padding_mask_errors():
-    with pytest.raises(TypeError, match=r"lengths must be an integer tensor \(B,\), got list"):
+    with pytest.raises(TypeError, match=r"lengths must be a tensor of \(torch.int64, torch.int32\), rank \(1,\), got list"):
         padding_mask([1, 2])
-    with pytest.raises(ValueError, match=r"lengths must be 1-D with shape \(B,\), got shape \(2, 1\)"):
+    with pytest.raises(TypeError, match=r"lengths must be a tensor .* rank \(1,\), got \(\(2, 1\), torch.int64\)"):
         padding_mask(torch.tensor([[1], [2]]))
-    with pytest.raises(TypeError, match=r"lengths must be an integer tensor \(B,\), got torch.float32"):
+    with pytest.raises(TypeError, match=r"lengths must be a tensor .* got \(\(2,\), torch.float32\)"):
         padding_mask(torch.tensor([1.0, 2.0]))
-    with pytest.raises(ValueError, match=r"lengths must be >= 0, got \[1, -1\]"):
-        padding_mask(torch.tensor([1, -1]))
     with pytest.raises(ValueError, match=r"max_len must be an int >= the longest length 3, got 2"):
         padding_mask(torch.tensor([1, 3]), 2)
 
@@ -159,17 +157,17 @@ def test_fully_masked_rows_give_zeros():
 
 
 def test_key_mask_errors():
-    with pytest.raises(TypeError, match=r"key_mask must have dtype torch.bool, got torch.int64"):
+    with pytest.raises(TypeError, match=r"key_mask must be a tensor of \(torch.bool,\), rank \(2,\), got \(\(2, 3\), torch.int64\)"):
         key_mask_to_attn_mask(torch.ones(2, 3, dtype=torch.long))
-    with pytest.raises(ValueError, match=r"key_mask must have shape \(B, M\), got shape \(3,\)"):
+    with pytest.raises(TypeError, match=r"key_mask must be a tensor .* rank \(2,\), got \(\(3,\), torch.bool\)"):
         key_mask_to_attn_mask(torch.ones(3, dtype=torch.bool))
-    with pytest.raises(TypeError, match=r"attn_mask must have dtype torch.bool, got torch.float32"):
+    with pytest.raises(TypeError, match=r"attn_mask must be a tensor of \(torch.bool,\), .* torch.float32\)"):
         combine_masks(torch.zeros(3, 3))
-    with pytest.raises(TypeError, match=r"attn_mask must have dtype torch.bool, got list"):
+    with pytest.raises(TypeError, match=r"attn_mask must be a tensor of \(torch.bool,\), .* got list"):
         combine_masks([[True]])
-    with pytest.raises(ValueError, match=r"attn_mask must have shape \(N, M\), \(B, N, M\) or \(B, H, N, M\), got shape \(3,\)"):
+    with pytest.raises(TypeError, match=r"attn_mask must be a tensor of .* rank \(2, 3, 4\), got \(\(3,\), torch.bool\)"):
         combine_masks(torch.ones(3, dtype=torch.bool))
-    with pytest.raises(ValueError, match=r"attn_mask must broadcast with key_mask seen as \(B, 1, 1, M\) = \(2, 1, 1, 4\) \(same B, same M\), got attn_mask"):
+    with pytest.raises(ValueError, match=r"attn_mask must broadcast with key_mask \(B, M\) = \(2, 4\) on its device, got \(3, 3\) cpu"):
         combine_masks(causal_mask(3, 3), torch.ones(2, 4, dtype=torch.bool))
 
 
@@ -214,13 +212,13 @@ def test_additive_to_bool_round_trip_and_biases():
 
 
 def test_additive_errors():
-    with pytest.raises(TypeError, match=r"mask must have dtype torch.bool, got torch.float32"):
+    with pytest.raises(TypeError, match=r"mask must be a tensor of \(torch.bool,\), rank any, got \(\(2, 2\), torch.float32\)"):
         bool_to_additive(torch.zeros(2, 2))
     with pytest.raises(TypeError, match=r"dtype must be a floating dtype, got torch.int32"):
         bool_to_additive(causal_mask(2, 2), torch.int32)
-    with pytest.raises(TypeError, match=r"mask must have a floating dtype, got torch.bool"):
+    with pytest.raises(TypeError, match=r"mask must be a tensor of \(torch.float16, .* got \(\(2, 2\), torch.bool\)"):
         additive_to_bool(causal_mask(2, 2))
-    with pytest.raises(TypeError, match=r"mask must be a torch.Tensor, got list"):
+    with pytest.raises(TypeError, match=r"mask must be a tensor of .* got list"):
         additive_to_bool([0.0])
 
 
@@ -280,9 +278,9 @@ def test_from_mha_mask_inverts_to_mha_mask():
 
 
 def test_mha_conversion_errors():
-    with pytest.raises(TypeError, match=r"mask must be torch.bool or a floating dtype, got torch.int64"):
+    with pytest.raises(TypeError, match=r"mask must be a tensor of \(torch.bool, torch.float16, .* got \(\(2, 2\), torch.int64\)"):
         to_mha_mask(torch.ones(2, 2, dtype=torch.long))
-    with pytest.raises(TypeError, match=r"mask must be a torch.Tensor, got NoneType"):
+    with pytest.raises(TypeError, match=r"mask must be a tensor of .* got NoneType"):
         from_mha_mask(None)
 
 
@@ -313,10 +311,10 @@ def test_exercise_two_queries_four_keys():
 
 def test_combine_masks_names_batch_and_device_mismatches():
     keys = torch.ones(2, 4, dtype=torch.bool)
-    with pytest.raises(ValueError, match=r"attn_mask must broadcast with key_mask seen as \(B, 1, 1, M\) = "
-                                         r"\(2, 1, 1, 4\) \(same B, same M\), got attn_mask \(3, 1, 3, 4\)"):
+    with pytest.raises(ValueError, match=r"attn_mask must broadcast with key_mask \(B, M\) = "
+                                         r"\(2, 4\) on its device, got \(3, 1, 3, 4\) cpu"):
         combine_masks(torch.ones(3, 1, 3, 4, dtype=torch.bool), keys)
-    with pytest.raises(ValueError, match=r"attn_mask and key_mask must be on one device, got meta and cpu"):
+    with pytest.raises(ValueError, match=r"attn_mask must broadcast with key_mask .* on its device, got \(3, 4\) meta"):
         combine_masks(torch.ones(3, 4, dtype=torch.bool, device="meta"), keys)
     with pytest.raises(TypeError, match=r"dtype must be a floating dtype, got 'float32'"):
         bool_to_additive(keys, "float32")

@@ -258,29 +258,29 @@ def test_exercise_one_query_sees_all_keys():
 # ----------------------------------------------------------------- errors ----
 def test_errors_name_the_argument():
     q, k, v = qkv()
-    with pytest.raises(TypeError, match=r"q must be a floating tensor \(\.\.\., L, d\), got list"):
+    with pytest.raises(TypeError, match=r"q must be a 2-D\+ tensor of q's floating dtype .* got <class 'list'>"):
         scaled_dot_product_attention([1.0], k, v)
-    with pytest.raises(TypeError, match=r"k must be a floating tensor .*, got torch.int64"):
+    with pytest.raises(TypeError, match=r"k must be a 2-D\+ tensor .* got \(\(7, 8\), torch.int64, device\(type='cpu'\)\)"):
         scaled_dot_product_attention(q, k.long(), v)
-    with pytest.raises(ValueError, match=r"v must have at least 2 dimensions .* got shape \(6,\)"):
+    with pytest.raises(TypeError, match=r"v must be a 2-D\+ tensor .* got \(\(6,\), torch.float64"):
         scaled_dot_product_attention(q, k, v[0])
-    with pytest.raises(TypeError, match=r"q, k and v must share one dtype, got torch.float32"):
+    with pytest.raises(TypeError, match=r"k must be a 2-D\+ tensor of q's floating dtype .* torch.float64"):
         scaled_dot_product_attention(q.float(), k, v)
-    with pytest.raises(ValueError, match=r"q and k must share d, .* got q \(5, 8\), k \(7, 4\)"):
+    with pytest.raises(ValueError, match=r"q, k, v, attn_mask must fit .* got \[\(5, 8\), \(7, 4\), \(7, 6\), \(\)\]"):
         scaled_dot_product_attention(q, k[:, :4], v)
-    with pytest.raises(ValueError, match=r"k and v must share M, got .* k \(7, 8\), v \(6, 6\)"):
+    with pytest.raises(ValueError, match=r"q, k, v, attn_mask must fit .* got \[\(5, 8\), \(7, 8\), \(6, 6\), \(\)\]"):
         scaled_dot_product_attention(q, k, v[:6])
-    with pytest.raises(ValueError, match=r"attn_mask and is_causal=True were both given"):
+    with pytest.raises(ValueError, match=r"attn_mask None if is_causal; got 0.0, None, True, Tensor"):
         scaled_dot_product_attention(q, k, v, torch.ones(5, 7, dtype=torch.bool), is_causal=True)
-    with pytest.raises(TypeError, match=r"attn_mask must be torch.bool .* got torch.int64"):
+    with pytest.raises(TypeError, match=r"attn_mask must be .*or bool.* got \(\(5, 7\), torch.int64"):
         scaled_dot_product_attention(q, k, v, torch.ones(5, 7, dtype=torch.long))
-    with pytest.raises(TypeError, match=r"attn_mask must be torch.bool .* got list"):
+    with pytest.raises(TypeError, match=r"attn_mask must be .* got <class 'list'>"):
         scaled_dot_product_attention(q, k, v, [[True]])
-    with pytest.raises(ValueError, match=r"attn_mask must broadcast to the scores \(\.\.\., N, M\) = \(5, 7\), got shape \(5, 6\)"):
+    with pytest.raises(ValueError, match=r"must fit .* \(\.\.\., N, M\); got \[.*, \(5, 6\)\]"):
         scaled_dot_product_attention(q, k, v, torch.ones(5, 6, dtype=torch.bool))
-    with pytest.raises(ValueError, match=r"dropout_p must be a float in \[0, 1\), got 1.0"):
+    with pytest.raises(ValueError, match=r"dropout_p must be in \[0, 1\), .* got 1.0, None"):
         scaled_dot_product_attention(q, k, v, dropout_p=1.0)
-    with pytest.raises(ValueError, match=r"scale must be a positive finite float or None, got -1.0"):
+    with pytest.raises(ValueError, match=r"scale > 0 and finite or None, .* got 0.0, -1.0"):
         scaled_dot_product_attention(q, k, v, scale=-1.0)
     with pytest.raises(ValueError, match=r"n_keys must be an int >= 0, got -2"):
         causal_mask(3, -2)
@@ -289,18 +289,15 @@ def test_errors_name_the_argument():
 def test_errors_for_leading_dims_devices_and_masks():
     """Heads that disagree, tensors on another device, masks that do not fit the scores."""
     q, k, v = torch.randn(2, 3, 5, 4), torch.randn(2, 2, 7, 4), torch.randn(2, 2, 7, 6)
-    with pytest.raises(ValueError, match=r"q, k and v must have leading \(batch, head\) dimensions that "
-                                         r"broadcast, got q \(2, 3, 5, 4\), k \(2, 2, 7, 4\) and v \(2, 2, 7, 6\)"):
+    with pytest.raises(ValueError, match=r"q, k, v, attn_mask must fit .* got \[\(2, 3, 5, 4\), "
+                                         r"\(2, 2, 7, 4\), \(2, 2, 7, 6\), \(\)\]"):
         scaled_dot_product_attention(q, k, v)
     q = q[:, :2]
-    with pytest.raises(ValueError, match=r"q, k and v must be on one device, got cpu, meta and cpu"):
+    with pytest.raises(TypeError, match=r"k must be .* on q's device, got .*device\(type='meta'\)"):
         scaled_dot_product_attention(q, k.to("meta"), v)
-    with pytest.raises(ValueError, match=r"attn_mask must broadcast to the scores \(\.\.\., N, M\) = "
-                                         r"\(2, 2, 5, 7\), got shape \(3, 5, 7\)"):
+    with pytest.raises(ValueError, match=r"must fit .* got \[.*, \(3, 5, 7\)\]"):
         scaled_dot_product_attention(q, k, v, torch.ones(3, 5, 7, dtype=torch.bool))
-    with pytest.raises(ValueError, match=r"attn_mask must be on q's device cpu, got meta"):
+    with pytest.raises(TypeError, match=r"attn_mask must be .* on q's device, got .*meta"):
         scaled_dot_product_attention(q, k, v, torch.ones(5, 7, dtype=torch.bool, device="meta"))
-    with pytest.raises(ValueError, match=r"dropout_p must be a float in \[0, 1\), got '0.1'"):
+    with pytest.raises(ValueError, match=r"dropout_p must be in \[0, 1\), .* got '0.1'"):
         scaled_dot_product_attention(q, k, v, dropout_p="0.1")
-    with pytest.raises(ValueError, match=r"scale must be a positive finite float or None, got '1'"):
-        scaled_dot_product_attention(q, k, v, scale="1")

@@ -191,69 +191,25 @@ def _check_sizes(**sizes: int) -> None:
             raise ValueError(f"{name} must be a positive int, got {value!r}")
 
 
-def _check_seq(x: torch.Tensor, name: str, width: int, weight: torch.Tensor) -> None:
-    """Refuse x unless it is a floating (B, L, width) tensor like the module weight."""
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
-    if not x.is_floating_point():
-        raise TypeError(f"{name} must have a floating dtype, got {x.dtype}")
-    if x.dim() != 3:
-        raise ValueError(f"{name} must have shape (B, L, {width}) (batch first), "
-                         f"got shape {tuple(x.shape)}")
-    if x.shape[-1] != width:
-        raise ValueError(f"{name} must have last dimension {width}, "
-                         f"got shape {tuple(x.shape)}")
-    if x.device != weight.device:
-        raise ValueError(f"{name} must be on the module's device {weight.device}, "
-                         f"got {x.device}")
-    kind = x.device.type
-    autocast = torch.amp.is_autocast_available(kind) and torch.is_autocast_enabled(kind)
-    if x.dtype != weight.dtype and not autocast:
-        raise TypeError(f"{name} must have the module's dtype {weight.dtype}, "
-                        f"got {x.dtype}")
+def _check_seq(x, name: str, width: int, weight: torch.Tensor, batch=None) -> None:
+    """Refuse x unless it is (B, L, width), B = batch if given, like the weight."""
+    kind = weight.device.type  # under autocast x may come in another floating dtype
+    cast = torch.amp.is_autocast_available(kind) and torch.is_autocast_enabled(kind)
+    ok = torch.is_tensor(x) and x.dim() == 3 and x.shape[-1] == width
+    ok = ok and batch in (None, x.shape[0]) and x.device == weight.device
+    if not (ok and (x.dtype == weight.dtype or cast and x.is_floating_point())):
+        got = (tuple(x.shape), x.dtype, x.device) if torch.is_tensor(x) else type(x)
+        raise ValueError(f"{name} must be (B, L, {width}) with B = {batch or 'any'}, "
+                         f"{weight.dtype}, on {weight.device}; got {got}")
 
 
-def _check_mask_shape(
-    mask: torch.Tensor, name: str, shape: tuple[int, ...], dtype: torch.dtype,
-    device: torch.device,
-) -> None:
-    """Refuse a mask unless it is bool (or ``dtype``) on device and fits ``shape``."""
-    if not isinstance(mask, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor or None, "
-                        f"got {type(mask).__name__}")
-    if mask.dtype != torch.bool and mask.dtype != dtype:
-        raise TypeError(f"{name} must be torch.bool (True = may attend) or {dtype} "
-                        f"(added to the scores), got {mask.dtype}")
-    if mask.device != device:
-        raise ValueError(f"{name} must be on the device of the inputs {device}, "
-                         f"got {mask.device}")
-    try:
-        ok = torch.broadcast_shapes(mask.shape, shape) == shape
-    except RuntimeError:
-        ok = False
-    if not ok:
-        raise ValueError(f"{name} must broadcast to {shape}, "
-                         f"got shape {tuple(mask.shape)}")
-
-
-def _check_keys(
-    key_mask: torch.Tensor | None, batch: int, n_keys: int, device: torch.device
-) -> None:
+def _check_keys(key_mask, batch: int, n_keys: int, device: torch.device) -> None:
     """Refuse a key_mask unless it is None or a (B, M) bool tensor on device."""
-    if key_mask is None:
-        return
-    if not isinstance(key_mask, torch.Tensor):
-        raise TypeError(f"key_mask must be a torch.Tensor or None, "
-                        f"got {type(key_mask).__name__}")
-    if key_mask.dtype != torch.bool:
-        raise TypeError(f"key_mask must be torch.bool (True = real key), "
-                        f"got {key_mask.dtype}")
-    if tuple(key_mask.shape) != (batch, n_keys):
-        raise ValueError(f"key_mask must have shape (B, M) = ({batch}, {n_keys}), "
-                         f"got {tuple(key_mask.shape)}")
-    if key_mask.device != device:
-        raise ValueError(f"key_mask must be on the device of the inputs {device}, "
-                         f"got {key_mask.device}")
+    got = (tuple(key_mask.shape), key_mask.dtype, key_mask.device) if torch.is_tensor(
+        key_mask) else key_mask
+    if got is not None and got != ((batch, n_keys), torch.bool, device):
+        raise ValueError(f"key_mask must be bool (True = real key) of shape (B, M) = "
+                         f"{(batch, n_keys)} on {device}, got {got}")
 
 
 def _check_dropout(name: str, p: float) -> None:

@@ -80,8 +80,7 @@ class ParallelCoAttention(nn.Module):
 
     def __init__(self, d_model: int, d_hidden: int) -> None:
         super().__init__()
-        _check_size("d_model", d_model)
-        _check_size("d_hidden", d_hidden)
+        _check_sizes(d_model=d_model, d_hidden=d_hidden)
         self.d_model, self.d_hidden = d_model, d_hidden
         # Names follow the paper; like its equations, there are no biases.
         self.w_b = _init_matrix(d_model, d_model)  # W_b (d, d)
@@ -91,11 +90,8 @@ class ParallelCoAttention(nn.Module):
         self.w_hv = _init_matrix(1, d_hidden)  # w_hv^T (1, k)
 
     def _check_forward(self, question, image, question_mask, image_mask) -> None:
-        _check_features("question", question, self.d_model, self.w_b.device)
-        _check_features("image", image, self.d_model, self.w_b.device)
-        _check_batch(question, image)
-        _check_padding_mask("question_mask", question_mask, question)
-        _check_padding_mask("image_mask", image_mask, image)
+        _check_features("question", question, question_mask, self)
+        _check_features("image", image, image_mask, self, question)
 
     def affinity(
         self,
@@ -187,16 +183,14 @@ class GuidedAttention(nn.Module):
 
     def __init__(self, d_model: int, d_hidden: int, *, guided: bool = True) -> None:
         super().__init__()
-        _check_size("d_model", d_model)
-        _check_size("d_hidden", d_hidden)
+        _check_sizes(d_model=d_model, d_hidden=d_hidden)
         self.d_model, self.d_hidden, self.guided = d_model, d_hidden, guided
         self.w_x = _init_matrix(d_hidden, d_model)  # W_x (k, d)
         self.w_g = _init_matrix(d_hidden, d_model) if guided else None  # W_g (k, d)
         self.w_hx = _init_matrix(1, d_hidden)  # w_hx^T (1, k)
 
     def _check_forward(self, x, g, x_mask) -> None:
-        _check_features("x", x, self.d_model, self.w_x.device)
-        _check_padding_mask("x_mask", x_mask, x)
+        _check_features("x", x, x_mask, self)
         _check_guidance(g, x, self.guided)
 # --8<-- [end:guided]
 
@@ -239,21 +233,15 @@ class AlternatingCoAttention(nn.Module):
     """
 
     def __init__(self, d_model: int, d_hidden: int) -> None:
-        super().__init__()
-        _check_size("d_model", d_model)
-        _check_size("d_hidden", d_hidden)
+        super().__init__()  # each GuidedAttention checks d_model and d_hidden
         self.d_model, self.d_hidden = d_model, d_hidden
         self.summarise = GuidedAttention(d_model, d_hidden, guided=False)
         self.attend_image = GuidedAttention(d_model, d_hidden)
         self.attend_question = GuidedAttention(d_model, d_hidden)
 
     def _check_forward(self, question, image, question_mask, image_mask) -> None:
-        device = self.summarise.w_x.device
-        _check_features("question", question, self.d_model, device)
-        _check_features("image", image, self.d_model, device)
-        _check_batch(question, image)
-        _check_padding_mask("question_mask", question_mask, question)
-        _check_padding_mask("image_mask", image_mask, image)
+        _check_features("question", question, question_mask, self)
+        _check_features("image", image, image_mask, self, question)
 # --8<-- [end:alternating]
 
     # --8<-- [start:alternating_forward]
@@ -273,78 +261,35 @@ class AlternatingCoAttention(nn.Module):
 
 
 # --8<-- [start:validate]
-def _check_size(name: str, value: int) -> None:
-    if not isinstance(value, int) or value <= 0:
-        raise ValueError(f"{name} must be a positive int, got {value!r}")
+def _check_sizes(**sizes: int) -> None:
+    """Refuse a width that is not a positive int."""
+    for name, value in sizes.items():
+        if not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be a positive int, got {value!r}")
 
 
-def _check_features(
-    name: str, x: torch.Tensor, d_model: int, device: torch.device
-) -> None:
-    """Raise unless x is a floating (B, L, d_model) tensor on the module's device."""
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
-    if not x.is_floating_point():
-        raise TypeError(f"{name} must have a floating dtype, got {x.dtype}")
-    if x.dim() != 3 or x.shape[-1] != d_model:
-        raise ValueError(
-            f"{name} must have shape (B, length, d_model) with d_model={d_model}, "
-            f"got shape {tuple(x.shape)}"
-        )
-    if x.device != device:
-        raise ValueError(f"{name} must be on the module's device {device}, "
-                         f"got {x.device}")
-
-
-def _check_padding_mask(name: str, mask: torch.Tensor | None, x: torch.Tensor) -> None:
-    """Raise unless mask is None or a bool (B, L) tensor matching x (B, L, d)."""
-    if mask is None:
-        return
-    if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
-        got = mask.dtype if isinstance(mask, torch.Tensor) else type(mask).__name__
-        raise TypeError(f"{name} must be a torch.bool tensor (True = real), got {got}")
-    if tuple(mask.shape) != tuple(x.shape[:2]):
-        raise ValueError(
-            f"{name} must have shape (B, length) = {tuple(x.shape[:2])}, "
-            f"got shape {tuple(mask.shape)}"
-        )
-    if mask.device != x.device:
-        raise ValueError(f"{name} must be on the device of the features {x.device}, "
-                         f"got {mask.device}")
+def _check_features(name: str, x, mask, module: nn.Module, like=None) -> None:
+    """Refuse x unless floating (B, L, d_model) on the module's device with like's B and
+    dtype; then its mask unless None or (B, L) bool on the same device."""
+    d_model, device = module.d_model, next(module.parameters()).device
+    ok = torch.is_tensor(x) and x.is_floating_point() and x.dim() == 3
+    ok = ok and x.shape[-1] == d_model and x.device == device
+    peer = x if like is None else like  # question and image share B and the dtype
+    if not (ok and (x.shape[0], x.dtype) == (peer.shape[0], peer.dtype)):
+        got = (tuple(x.shape), x.dtype, x.device) if torch.is_tensor(x) else type(x)
+        raise ValueError(f"{name} must be floating (B, L, {d_model}) on {device}, B "
+                         f"and dtype as the question's, got {got}")
+    got = (mask.shape, mask.dtype, mask.device) if torch.is_tensor(mask) else mask
+    if got is not None and got != (tuple(x.shape[:2]), torch.bool, x.device):
+        raise ValueError(f"{name}_mask must be None or bool (True = real) of shape "
+                         f"(B, L) = {tuple(x.shape[:2])} on {x.device}, got {got}")
 
 
 def _check_guidance(g: torch.Tensor | None, x: torch.Tensor, guided: bool) -> None:
     """Refuse g unless it is a (B, d_model) tensor like x when guided, else None."""
-    b, _, d_model = x.shape
-    if guided and g is None:
-        raise ValueError("g is required: this GuidedAttention was built with "
-                         "guided=True, got None")
-    if not guided and g is not None:
-        raise ValueError(
-            "g must be None: this GuidedAttention was built with guided=False, "
-            f"got {type(g).__name__}"
-        )
-    if g is not None and (not isinstance(g, torch.Tensor)
-                          or tuple(g.shape) != (b, d_model)):
-        got = tuple(g.shape) if isinstance(g, torch.Tensor) else type(g).__name__
-        raise ValueError(f"g must have shape (B, d_model) = {(b, d_model)}, got {got}")
-    if g is not None and (g.dtype != x.dtype or g.device != x.device):
-        raise TypeError(
-            f"g must have the dtype and device of x ({x.dtype} on {x.device}), "
-            f"got {g.dtype} on {g.device}"
-        )
-
-
-def _check_batch(question: torch.Tensor, image: torch.Tensor) -> None:
-    """Raise unless question and image share the batch size and the dtype."""
-    if question.shape[0] != image.shape[0]:
-        raise ValueError(
-            "question and image must share the batch size B, got question "
-            f"{tuple(question.shape)} and image {tuple(image.shape)}"
-        )
-    if question.dtype != image.dtype:
-        raise TypeError(
-            f"question and image must share one dtype, got {question.dtype} and "
-            f"{image.dtype}"
-        )
+    got = (tuple(g.shape), g.dtype, g.device) if torch.is_tensor(g) else g
+    want = ((x.shape[0], x.shape[2]), x.dtype, x.device) if guided else None
+    if got != want:
+        raise ValueError(f"g must be (B, d_model) of x's dtype and device = {want} "
+                         f"(None when guided=False), got {got}")
 # --8<-- [end:validate]

@@ -54,199 +54,73 @@ __all__ = [
 
 
 # --8<-- [start:validate]
-def _check_query_key(q: torch.Tensor, k: torch.Tensor) -> None:
-    """Refuse q (..., N, d) and k (..., M, d) that cannot be scored together."""
-    for name, t in (("q", q), ("k", k)):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-        if not t.is_floating_point():
-            raise TypeError(f"{name} must have a floating dtype, got {t.dtype}")
-        if t.dim() < 2:
-            raise ValueError(
-                f"{name} must have at least 2 dimensions (..., length, d), "
-                f"got shape {tuple(t.shape)}"
-            )
-    if q.dtype != k.dtype:
-        raise TypeError(f"q and k must share one dtype, got {q.dtype} and {k.dtype}")
-    if q.device != k.device:
-        raise ValueError(
-            f"q and k must be on one device, got {q.device} and {k.device}"
-        )
-    if q.shape[-1] != k.shape[-1]:
-        raise ValueError(
-            f"q and k must have the same last dimension d, got q {tuple(q.shape)} "
-            f"and k {tuple(k.shape)}"
-        )
-    try:
-        torch.broadcast_shapes(q.shape[:-2], k.shape[:-2])
-    except RuntimeError:
-        raise ValueError(
-            "q and k must have leading (batch, head) dimensions that broadcast, "
-            f"got q {tuple(q.shape)} and k {tuple(k.shape)}"
-        ) from None
-
-
-def _check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
-    """Raise a clear error unless q, k, v can be attended together."""
+def _check_attn(q, k, v=None, allowed=None, decode: bool = False) -> None:
+    """Refuse q (..., N, d), k (..., M, d), v (..., M, d_v), bool allowed (..., N, M)
+    that cannot be attended together; a cached decode step also needs N <= M."""
+    v = k if v is None else v
     for name, t in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-        if not t.is_floating_point():
-            raise TypeError(f"{name} must have a floating dtype, got {t.dtype}")
-        if t.dim() < 2:
-            raise ValueError(
-                f"{name} must have at least 2 dimensions (..., length, width), "
-                f"got shape {tuple(t.shape)}"
-            )
-    if not (q.dtype == k.dtype == v.dtype):
-        raise TypeError(
-            f"q, k and v must share one dtype, got {q.dtype}, {k.dtype} and {v.dtype}"
-        )
-    if not (q.device == k.device == v.device):
-        raise ValueError(
-            f"q, k and v must be on one device, got {q.device}, {k.device} "
-            f"and {v.device}"
-        )
-    if q.shape[-1] != k.shape[-1]:
-        raise ValueError(
-            f"q and k must have the same last dimension d, got q {tuple(q.shape)} "
-            f"and k {tuple(k.shape)}"
-        )
-    if k.shape[-2] != v.shape[-2]:
-        raise ValueError(
-            f"k and v must have the same length M (dimension -2), got k "
-            f"{tuple(k.shape)} and v {tuple(v.shape)}"
-        )
+        ok = torch.is_tensor(t) and t.is_floating_point() and t.dim() >= 2
+        if not (ok and t.dtype == q.dtype and t.device == q.device):
+            got = (tuple(t.shape), t.dtype, t.device) if torch.is_tensor(t) else type(t)
+            raise TypeError(f"{name} must be a floating (..., L, d) tensor with q's "
+                            f"dtype and device, got {got}")
+    shapes = [tuple(getattr(t, "shape", ())) for t in (q, k, v, allowed)]
     try:  # the leading (batch, head) dimensions pair up as in torch.matmul
-        torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
-    except RuntimeError:
-        raise ValueError(
-            "q, k and v must have leading (batch, head) dimensions that broadcast, "
-            f"got q {tuple(q.shape)}, k {tuple(k.shape)} and v {tuple(v.shape)}"
-        ) from None
-
-
-def _check_allowed(
-    allowed: torch.Tensor, shape: tuple[int, ...], device: torch.device
-) -> None:
-    """Refuse a mask that is not bool (True = may attend), on device, fitting shape."""
-    if not isinstance(allowed, torch.Tensor) or allowed.dtype != torch.bool:
-        got = (
-            allowed.dtype
-            if isinstance(allowed, torch.Tensor)
-            else type(allowed).__name__
-        )
-        raise TypeError(
-            f"allowed must be a torch.bool tensor (True = may attend), got {got}"
-        )
-    if allowed.device != device:
-        raise ValueError(
-            f"allowed must be on the device of the scores {device}, "
-            f"got {allowed.device}"
-        )
-    try:
-        fits = torch.broadcast_shapes(allowed.shape, shape) == shape
+        lead = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+        scores = (*lead, q.shape[-2], k.shape[-2])
+        fits = torch.broadcast_shapes(shapes[3], scores) == scores
     except RuntimeError:
         fits = False
-    if not fits:
-        raise ValueError(
-            f"allowed must broadcast to the scores {tuple(shape)}, "
-            f"got shape {tuple(allowed.shape)}"
-        )
-
-
-def _check_masked_inputs(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed: torch.Tensor
-) -> None:
-    _check_qkv(q, k, v)
-    scores = (
-        *torch.broadcast_shapes(q.shape[:-2], k.shape[:-2]),
-        q.shape[-2],
-        k.shape[-2],
-    )
-    _check_allowed(allowed, scores, q.device)
+    mask = allowed is None or torch.is_tensor(allowed) and allowed.dtype == torch.bool
+    fits = fits and mask and getattr(allowed, "device", q.device) == q.device
+    fits = fits and q.shape[-1] == k.shape[-1] and k.shape[-2] == v.shape[-2]
+    if not fits or decode and q.shape[-2] > k.shape[-2]:
+        raise ValueError(f"q, k, v, allowed must fit (..., N, d), (..., M, d), "
+                         f"(..., M, d_v), (..., N, M) bool on q's device (N <= M for a "
+                         f"cached decode), got {shapes} and allowed "
+                         f"{getattr(allowed, 'dtype', type(allowed))}")
 
 
 def _check_scores_allowed(scores: torch.Tensor, allowed: torch.Tensor) -> None:
-    if not isinstance(scores, torch.Tensor) or not scores.is_floating_point():
-        got = (
-            scores.dtype if isinstance(scores, torch.Tensor) else type(scores).__name__
-        )
-        raise TypeError(f"scores must be a floating tensor (..., M), got {got}")
-    if scores.dim() < 1:
-        raise ValueError("scores must have at least 1 dimension (..., M), got shape ()")
-    _check_allowed(allowed, scores.shape, scores.device)
+    """Refuse scores unless floating (..., M), allowed unless bool and fitting it."""
+    ok = torch.is_tensor(scores) and scores.is_floating_point() and scores.dim() >= 1
+    ok = ok and torch.is_tensor(allowed) and allowed.dtype == torch.bool
+    try:
+        ok = ok and torch.broadcast_shapes(allowed.shape, scores.shape) == scores.shape
+    except RuntimeError:
+        ok = False
+    if not (ok and allowed.device == scores.device):
+        got = [(tuple(t.shape), t.dtype, t.device) if torch.is_tensor(t) else type(t)
+               for t in (scores, allowed)]
+        raise ValueError(f"scores must be floating (..., M) and allowed a bool mask on "
+                         f"its device that broadcasts to it, got {got}")
 
 
-def _check_decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
-    _check_qkv(q, k, v)
-    n, m = q.shape[-2], k.shape[-2]
-    if n > m:
-        raise ValueError(
-            "a cached decode step needs no more queries than keys "
-            "(q no longer than k), "
-            f"got N={n} queries and M={m} keys"
-        )
-
-
-def _check_projections(
-    x: torch.Tensor, w_q: torch.Tensor, w_k: torch.Tensor, w_v: torch.Tensor
-) -> None:
+def _check_projections(x: torch.Tensor, *weights: torch.Tensor) -> None:
     """Refuse x unless floating (B, N, D), and each w unless a (D, D) matrix like it."""
-    if not isinstance(x, torch.Tensor) or not x.is_floating_point():
-        got = x.dtype if isinstance(x, torch.Tensor) else type(x).__name__
-        raise TypeError(f"x must be a floating tensor (B, N, D), got {got}")
-    if x.dim() != 3:
-        raise ValueError(f"x must have shape (B, N, D), got {tuple(x.shape)}")
-    d = x.shape[-1]
-    for name, w in (("w_q", w_q), ("w_k", w_k), ("w_v", w_v)):
-        if (
-            not isinstance(w, torch.Tensor)
-            or w.dtype != x.dtype
-            or w.device != x.device
-        ):
-            got = (
-                f"{w.dtype} on {w.device}"
-                if isinstance(w, torch.Tensor)
-                else type(w).__name__
-            )
-            raise TypeError(
-                f"{name} must be a tensor of x's dtype {x.dtype} on {x.device}, "
-                f"got {got}"
-            )
-        if tuple(w.shape) != (d, d):
-            raise ValueError(
-                f"{name} must have shape (D, D) = ({d}, {d}), got {tuple(w.shape)}"
-            )
+    for name, t in zip(("x", "w_q", "w_k", "w_v"), (x, *weights)):
+        ok = torch.is_tensor(t) and t.is_floating_point() and t.dim() == 2 + (t is x)
+        if not (ok and (t is x or (*t.shape, t.dtype, t.device) == (
+                x.shape[-1], x.shape[-1], x.dtype, x.device))):
+            got = (tuple(t.shape), t.dtype, t.device) if torch.is_tensor(t) else type(t)
+            raise ValueError(f"{name} must be floating, x (B, N, D) and each w (D, D) "
+                             f"of x's dtype and device, got {got}")
 
 
-def _check_mha_call(
-    mha: nn.MultiheadAttention, x: torch.Tensor, allowed: torch.Tensor | None = None
-) -> None:
-    """Raise unless mha can read x (B, N, D) and allowed is an (N, N) bool mask."""
+def _check_mha_call(mha, x: torch.Tensor, allowed: torch.Tensor | None = None) -> None:
+    """Refuse mha unless an nn.MultiheadAttention, x unless (B, N, D) like its weights,
+    allowed unless None or an (N, N) bool mask on x's device."""
     if not isinstance(mha, nn.MultiheadAttention):
-        raise TypeError(
-            f"mha must be an nn.MultiheadAttention, got {type(mha).__name__}"
-        )
-    weight = mha.out_proj.weight
-    if not isinstance(x, torch.Tensor) or x.dim() != 3 or x.shape[-1] != mha.embed_dim:
-        got = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
-        raise ValueError(
-            f"x must have shape (B, N, D) with D = {mha.embed_dim}, got {got}"
-        )
-    if x.dtype != weight.dtype or x.device != weight.device:
-        raise TypeError(
-            f"x must have mha's dtype {weight.dtype} on {weight.device}, "
-            f"got {x.dtype} on {x.device}"
-        )
-    if allowed is not None:
-        n = x.shape[1] if mha.batch_first else x.shape[0]  # the length mha will read
-        _check_allowed(allowed, (n, n), x.device)
-        if allowed.dim() != 2:
-            raise ValueError(
-                f"allowed must have shape (N, N) = ({n}, {n}), "
-                f"got {tuple(allowed.shape)}"
-            )
+        raise TypeError(f"mha must be an nn.MultiheadAttention, got {type(mha)}")
+    w = mha.out_proj.weight
+    got = [(tuple(t.shape), t.dtype, t.device) if torch.is_tensor(t) else t
+           for t in (x, allowed)]
+    ok = got[0][1:] == (w.dtype, w.device) if torch.is_tensor(x) else False
+    ok = ok and x.dim() == 3 and x.shape[-1] == mha.embed_dim
+    n = (x.shape[1] if mha.batch_first else x.shape[0]) if ok else -1  # what mha reads
+    if not (ok and got[1] in (None, ((n, n), torch.bool, x.device))):
+        raise ValueError(f"x must be (B, N, {mha.embed_dim}) of mha's {w.dtype} on "
+                         f"{w.device}, allowed None or (N, N) bool there; got {got}")
 
 
 def _check_dropout_rate(name: str, p: float) -> None:
@@ -258,7 +132,7 @@ def _check_dropout_rate(name: str, p: float) -> None:
 # --8<-- [start:softmax_axis_wrong]
 def weights_wrong_axis(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
     """WRONG: normalises each column, over the N queries (``dim=0`` on (N, M))."""
-    _check_query_key(q, k)
+    _check_attn(q, k)
     scores = (
         q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
     )  # (..., N, d) @ (..., d, M) -> (..., N, M)
@@ -269,7 +143,7 @@ def weights_wrong_axis(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
 # --8<-- [start:softmax_axis_right]
 def weights_right_axis(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
     """Right: each query's row is a distribution over the M keys."""
-    _check_query_key(q, k)
+    _check_attn(q, k)
     scores = (
         q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
     )  # (..., N, d) @ (..., d, M) -> (..., N, M)
@@ -280,7 +154,7 @@ def weights_right_axis(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
 # --8<-- [start:scale_wrong]
 def weights_unscaled(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
     """WRONG: without 1/sqrt(d) the scores grow like sqrt(d) and softmax saturates."""
-    _check_query_key(q, k)
+    _check_attn(q, k)
     scores = q @ k.transpose(-2, -1)  # (..., N, d) @ (..., d, M) -> (..., N, M)
     return torch.softmax(scores, dim=-1)
 # --8<-- [end:scale_wrong]
@@ -289,7 +163,7 @@ def weights_unscaled(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
 # --8<-- [start:scale_right]
 def weights_scaled(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
     """Right: the scale keeps the score variance near 1 whatever d is."""
-    _check_query_key(q, k)
+    _check_attn(q, k)
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (..., N, M)
     return torch.softmax(scores, dim=-1)
 # --8<-- [end:scale_right]
@@ -329,7 +203,7 @@ def masked_attention_wrong(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed: torch.Tensor
 ) -> torch.Tensor:
     """WRONG: the mask zeroes weights after softmax has already normalised them."""
-    _check_masked_inputs(q, k, v, allowed)
+    _check_attn(q, k, v, allowed)
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (..., N, M)
     weights = torch.softmax(scores, dim=-1) * allowed  # rows now sum to less than 1
     return weights @ v  # (..., N, M) @ (..., M, d) -> (..., N, d)
@@ -341,7 +215,7 @@ def masked_attention(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed: torch.Tensor
 ) -> torch.Tensor:
     """Right: blocked scores become -inf before softmax; empty rows return zeros."""
-    _check_masked_inputs(q, k, v, allowed)
+    _check_attn(q, k, v, allowed)
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (..., N, M)
     scores = scores.masked_fill(~allowed, float("-inf"))
     weights = torch.softmax(scores, dim=-1)
@@ -379,7 +253,7 @@ def cached_decode_wrong(
     """WRONG for N < M: PyTorch's is_causal aligns the triangle to the upper left."""
     # The N new queries are the LAST N positions, but upper-left alignment lets
     # query i see only keys 0..i: one decoded token sees only the first cached key.
-    _check_decode(q, k, v)
+    _check_attn(q, k, v, decode=True)
     return F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, H, N, d)
 # --8<-- [end:causal_kv_cache_wrong]
 
@@ -387,7 +261,7 @@ def cached_decode_wrong(
 # --8<-- [start:causal_kv_cache_right]
 def cached_decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     """Right: a lower-right aligned mask, query i sees keys j <= i + (M - N)."""
-    _check_decode(q, k, v)
+    _check_attn(q, k, v, decode=True)
     n, m = q.shape[-2], k.shape[-2]
     i = torch.arange(n, device=q.device).unsqueeze(-1)  # (N, 1)
     j = torch.arange(m, device=q.device)  # (M,)
@@ -399,7 +273,7 @@ def cached_decode_bias(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
 ) -> torch.Tensor:
     """Right, with PyTorch's own lower-right causal bias object."""
-    _check_decode(q, k, v)
+    _check_attn(q, k, v, decode=True)
     from torch.nn.attention.bias import causal_lower_right
 
     bias = causal_lower_right(q.shape[-2], k.shape[-2])  # acts as an (N, M) mask
@@ -419,7 +293,7 @@ class DropoutAttentionWrong(nn.Module):
     def forward(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
     ) -> torch.Tensor:
-        _check_qkv(q, k, v)
+        _check_attn(q, k, v)
         return F.scaled_dot_product_attention(
             q, k, v, dropout_p=self.dropout
         )  # (B, H, N, d)
@@ -438,7 +312,7 @@ class DropoutAttention(nn.Module):
     def forward(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
     ) -> torch.Tensor:
-        _check_qkv(q, k, v)
+        _check_attn(q, k, v)
         dropout_p = self.dropout if self.training else 0.0
         return F.scaled_dot_product_attention(
             q, k, v, dropout_p=dropout_p

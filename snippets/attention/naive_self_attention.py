@@ -59,13 +59,10 @@ def naive_self_attention(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 def _check_naive_input(x: torch.Tensor) -> None:
     """Refuse x unless it is a floating (B, N, D) tensor."""
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
-    if not x.is_floating_point():
-        raise TypeError(f"x must have a floating dtype, got {x.dtype}")
-    if x.dim() != 3:
-        raise ValueError(f"x must have shape (B, N, D) (batch first), "
-                         f"got shape {tuple(x.shape)}")
+    if not (torch.is_tensor(x) and x.is_floating_point() and x.dim() == 3):
+        got = (tuple(x.shape), x.dtype) if torch.is_tensor(x) else type(x)
+        raise TypeError(f"x must be a floating (B, N, D) tensor, batch first, "
+                        f"got {got}")
 # --8<-- [end:forward]
 
 

@@ -13,8 +13,8 @@ to the scores. A query that may attend to no key returns zeros.
 
 Kernels: ``_attend`` (the attention equation) and ``SelfAttention.forward``
 (project, attend, project back); the constructor and the checks are the face.
-The causal and cross-attention files carry identical copies of ``_attend`` and
-the checks, so that each file runs alone.
+The causal and cross-attention files carry identical copies of ``_attend``,
+``_check_sizes`` and ``_check_seq``, so that each file runs alone.
 
 This file needs only torch and the standard library: copy it into a project.
 """
@@ -101,9 +101,8 @@ class SelfAttention(nn.Module):
 
     def _check_forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None) -> None:
         _check_seq(x, "x", self.d_model, self.q_proj.weight)
-        if attn_mask is not None:
-            b, n, _ = x.shape
-            _check_mask_shape(attn_mask, "attn_mask", (b, n, n), x.dtype, x.device)
+        b, n, _ = x.shape
+        _check_mask_shape(attn_mask, "attn_mask", (b, n, n), x.dtype, x.device)
 # --8<-- [end:init]
 
     # --8<-- [start:forward]
@@ -128,47 +127,28 @@ def _check_sizes(**sizes: int) -> None:
             raise ValueError(f"{name} must be a positive int, got {value!r}")
 
 
-def _check_seq(x: torch.Tensor, name: str, width: int, weight: torch.Tensor) -> None:
-    """Refuse x unless it is a floating (B, L, width) tensor like the module weight."""
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
-    if not x.is_floating_point():
-        raise TypeError(f"{name} must have a floating dtype, got {x.dtype}")
-    if x.dim() != 3:
-        raise ValueError(f"{name} must have shape (B, L, {width}) (batch first), "
-                         f"got shape {tuple(x.shape)}")
-    if x.shape[-1] != width:
-        raise ValueError(f"{name} must have last dimension {width}, "
-                         f"got shape {tuple(x.shape)}")
-    if x.device != weight.device:
-        raise ValueError(f"{name} must be on the module's device {weight.device}, "
-                         f"got {x.device}")
-    kind = x.device.type
-    autocast = torch.amp.is_autocast_available(kind) and torch.is_autocast_enabled(kind)
-    if x.dtype != weight.dtype and not autocast:
-        raise TypeError(f"{name} must have the module's dtype {weight.dtype}, "
-                        f"got {x.dtype}")
+def _check_seq(x, name: str, width: int, weight: torch.Tensor, batch=None) -> None:
+    """Refuse x unless it is (B, L, width), B = batch if given, like the weight."""
+    kind = weight.device.type  # under autocast x may come in another floating dtype
+    cast = torch.amp.is_autocast_available(kind) and torch.is_autocast_enabled(kind)
+    ok = torch.is_tensor(x) and x.dim() == 3 and x.shape[-1] == width
+    ok = ok and batch in (None, x.shape[0]) and x.device == weight.device
+    if not (ok and (x.dtype == weight.dtype or cast and x.is_floating_point())):
+        got = (tuple(x.shape), x.dtype, x.device) if torch.is_tensor(x) else type(x)
+        raise ValueError(f"{name} must be (B, L, {width}) with B = {batch or 'any'}, "
+                         f"{weight.dtype}, on {weight.device}; got {got}")
 
 
-def _check_mask_shape(
-    mask: torch.Tensor, name: str, shape: tuple[int, ...], dtype: torch.dtype,
-    device: torch.device,
-) -> None:
-    """Refuse a mask unless it is bool (or ``dtype``) on device and fits ``shape``."""
-    if not isinstance(mask, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor or None, "
-                        f"got {type(mask).__name__}")
-    if mask.dtype != torch.bool and mask.dtype != dtype:
-        raise TypeError(f"{name} must be torch.bool (True = may attend) or {dtype} "
-                        f"(added to the scores), got {mask.dtype}")
-    if mask.device != device:
-        raise ValueError(f"{name} must be on the device of the inputs {device}, "
-                         f"got {mask.device}")
-    try:
-        ok = torch.broadcast_shapes(mask.shape, shape) == shape
+def _check_mask_shape(mask, name: str, shape: tuple, dtype, device) -> None:
+    """Refuse a mask unless None, or bool (or ``dtype``) on device fitting ``shape``."""
+    is_tensor = torch.is_tensor(mask)
+    got = (tuple(mask.shape), mask.dtype, mask.device) if is_tensor else mask
+    try:  # a mask may broadcast to the scores, never enlarge them
+        fits = is_tensor and got[1:] in ((torch.bool, device), (dtype, device))
+        fits = fits and torch.broadcast_shapes(mask.shape, shape) == shape
     except RuntimeError:
-        ok = False
-    if not ok:
-        raise ValueError(f"{name} must broadcast to {shape}, "
-                         f"got shape {tuple(mask.shape)}")
+        fits = False
+    if not (fits or mask is None):
+        raise ValueError(f"{name} must be bool (True = may attend) or {dtype}, on "
+                         f"{device}, broadcasting to {shape}; got {got}")
 # --8<-- [end:checks]

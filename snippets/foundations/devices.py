@@ -56,7 +56,6 @@ def pick_device(device: torch.device | str | None = None) -> torch.device:
         A ``torch.device``.
 
     Raises:
-        TypeError: ``device`` is neither a string, a ``torch.device`` nor None.
         ValueError: the requested device is unknown or not available here.
     """
     source = "device"
@@ -72,25 +71,11 @@ def _check_device_request(device: torch.device | str | None, source: str) -> Non
     """Refuse a device this machine lacks, naming where the request came from."""
     if device is None:
         return
-    if not isinstance(device, (str, torch.device)):
-        raise TypeError(f"{source} must be a str, a torch.device or None, "
-                        f"got {type(device).__name__}")
-    try:
-        chosen = torch.device(device)
-    except RuntimeError:
-        raise ValueError(f"{source} must name one of {', '.join(_KNOWN)} (optionally "
-                         f"with an index, as in 'cuda:1'), got {str(device)!r}"
-                         ) from None
-    if chosen.type not in _KNOWN:
-        raise ValueError(f"{source} must be one of {', '.join(_KNOWN)}, "
-                         f"got {str(device)!r}")
-    if not _available(chosen.type):
-        raise ValueError(f"{source} asks for {str(device)!r}, but {chosen.type} is not "
-                         f"available here")
-    count = torch.cuda.device_count() if chosen.type == "cuda" else 0
-    if chosen.type == "cuda" and chosen.index is not None and chosen.index >= count:
-        raise ValueError(f"{source} asks for {str(device)!r}, but only {count} CUDA "
-                         f"device(s) exist")
+    kind, index = _device_kind(device, source), torch.device(str(device)).index or 0
+    count = torch.cuda.device_count() if kind == "cuda" else 1
+    if kind not in _KNOWN or not _available(kind) or index >= count:
+        raise ValueError(f"{source} must be one of {', '.join(_KNOWN)} and available "
+                         f"here ({count} of its kind), got {str(device)!r}")
 # --8<-- [end:validate]
 
 
@@ -105,14 +90,11 @@ def default_dtype(device: torch.device | str) -> torch.dtype:
 
 
 # --8<-- [start:device_kind]
-def _device_kind(device: torch.device | str) -> str:
+def _device_kind(device: torch.device | str, source: str = "device") -> str:
     """The kind of a device or a device string ('cuda', 'mps', 'cpu')."""
-    if not isinstance(device, (str, torch.device)):
-        raise TypeError(f"device must be a str or torch.device, "
-                        f"got {type(device).__name__}")
-    try:
-        return torch.device(device).type
+    try:  # str() first: torch.device(0) would silently mean cuda:0
+        return torch.device(str(device)).type
     except RuntimeError:
-        raise ValueError(f"device must name a device such as 'cpu' or 'cuda:0', "
+        raise ValueError(f"{source} must name a device such as 'cpu' or 'cuda:0', "
                          f"got {device!r}") from None
 # --8<-- [end:device_kind]

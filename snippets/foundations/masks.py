@@ -36,6 +36,8 @@ __all__ = [
     "from_mha_mask",
 ]
 
+_FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
 
 # --8<-- [start:causal_mask]
 def causal_mask(
@@ -52,7 +54,7 @@ def causal_mask(
 # --8<-- [start:padding]
 def padding_mask(lengths: torch.Tensor, max_len: int | None = None) -> torch.Tensor:
     """(B,) lengths -> (B, M) bool, True for the first lengths[b] positions (real)."""
-    _check_lengths_tensor(lengths, max_len)
+    _check_lengths(lengths, max_len)
     if max_len is None:
         max_len = int(lengths.max()) if lengths.numel() else 0
     j = torch.arange(max_len, device=lengths.device)  # (M,)
@@ -63,7 +65,7 @@ def padding_mask(lengths: torch.Tensor, max_len: int | None = None) -> torch.Ten
 # --8<-- [start:broadcast]
 def key_mask_to_attn_mask(key_mask: torch.Tensor) -> torch.Tensor:
     """(B, M) key mask (True = real key) -> (B, 1, 1, M), for (B, H, N, M) scores."""
-    _check_key_mask_dims(key_mask)
+    _check_mask("key_mask", key_mask, (torch.bool,), (2,))
     return key_mask[:, None, None, :]  # (B, M) -> (B, 1, 1, M)
 
 
@@ -86,14 +88,14 @@ def bool_to_additive(
     mask: torch.Tensor, dtype: torch.dtype = torch.float32
 ) -> torch.Tensor:
     """True (may attend) -> 0, False -> -inf: exp(-inf) is 0 in every dtype."""
-    _check_bool(mask, "mask", dtype)
+    _check_additive(mask, dtype)
     zeros = torch.zeros(mask.shape, dtype=dtype, device=mask.device)
     return zeros.masked_fill(~mask, float("-inf"))
 
 
 def additive_to_bool(mask: torch.Tensor) -> torch.Tensor:
     """Float mask -> bool, True where not -inf (finite biases are lost)."""
-    _check_float_mask(mask)
+    _check_mask("mask", mask, _FLOATS)
     return ~torch.isneginf(mask)
 # --8<-- [end:additive]
 
@@ -101,7 +103,7 @@ def additive_to_bool(mask: torch.Tensor) -> torch.Tensor:
 # --8<-- [start:mha]
 def to_mha_mask(mask: torch.Tensor) -> torch.Tensor:
     """Site mask -> nn.MultiheadAttention's (attn_mask or key_padding_mask)."""
-    _check_any_mask(mask)
+    _check_mask("mask", mask, (torch.bool, *_FLOATS))
     # A boolean mask flips polarity (True = blocked there); a float one is added
     # to the scores by both libraries, so it passes through unchanged.
     return ~mask if mask.dtype == torch.bool else mask
@@ -123,79 +125,43 @@ def _check_mask_sizes(n_queries: int, n_keys: int) -> None:
 
 
 # --8<-- [start:validate]
-def _check_lengths_tensor(lengths: torch.Tensor, max_len: int | None) -> None:
-    """Refuse lengths that are not (B,) integers >= 0, or a max_len below them."""
-    if not isinstance(lengths, torch.Tensor) or lengths.is_floating_point() \
-            or lengths.is_complex() or lengths.dtype == torch.bool:
-        got = (lengths.dtype if isinstance(lengths, torch.Tensor)
-               else type(lengths).__name__)
-        raise TypeError(f"lengths must be an integer tensor (B,), got {got}")
-    if lengths.dim() != 1:  # (B,)
-        raise ValueError(f"lengths must be 1-D with shape (B,), got shape "
-                         f"{tuple(lengths.shape)}")
-    if lengths.numel() and int(lengths.min()) < 0:
-        raise ValueError(f"lengths must be >= 0, got {lengths.tolist()}")
+def _check_mask(name: str, t, dtypes: tuple, ranks=None) -> None:
+    """Refuse t unless it is a tensor with one of dtypes and a rank in ranks."""
+    ok = torch.is_tensor(t) and t.dtype in dtypes
+    if not (ok and t.dim() in (ranks or [t.dim()])):
+        got = (tuple(t.shape), t.dtype) if torch.is_tensor(t) else type(t).__name__
+        raise TypeError(f"{name} must be a tensor of {dtypes}, rank {ranks or 'any'}, "
+                        f"got {got}")
+
+
+def _check_lengths(lengths: torch.Tensor, max_len: int | None) -> None:
+    """Refuse lengths that are not (B,) integers, or a max_len below the longest."""
+    _check_mask("lengths", lengths, (torch.int64, torch.int32), (1,))
     longest = int(lengths.max()) if lengths.numel() else 0
-    if max_len is not None and (not isinstance(max_len, int) or max_len < longest):
+    if max_len is not None and not (isinstance(max_len, int) and max_len >= longest):
         raise ValueError(f"max_len must be an int >= the longest length {longest}, "
                          f"got {max_len!r}")
-
-
-def _check_bool(mask: torch.Tensor, name: str, dtype: torch.dtype | None = None
-                ) -> None:
-    """Refuse a mask that is not bool, or a result dtype that cannot hold -inf."""
-    if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
-        got = mask.dtype if isinstance(mask, torch.Tensor) else type(mask).__name__
-        raise TypeError(f"{name} must have dtype torch.bool, got {got}")
-    if dtype is not None and not (isinstance(dtype, torch.dtype)
-                                  and dtype.is_floating_point):
-        raise TypeError(f"dtype must be a floating dtype, got {dtype!r}")
-
-
-def _check_key_mask_dims(key_mask: torch.Tensor) -> None:
-    _check_bool(key_mask, "key_mask")
-    if key_mask.dim() != 2:
-        raise ValueError(f"key_mask must have shape (B, M), got shape "
-                         f"{tuple(key_mask.shape)}")
 
 
 def _check_combine(attn_mask: torch.Tensor | None, key_mask: torch.Tensor | None
                    ) -> None:
     """Refuse masks that are not bool, or that do not broadcast on one device."""
-    if attn_mask is not None:
-        _check_bool(attn_mask, "attn_mask")
-        if attn_mask.dim() not in (2, 3, 4):
-            raise ValueError("attn_mask must have shape (N, M), (B, N, M) or "
-                             f"(B, H, N, M), got shape {tuple(attn_mask.shape)}")
-    if key_mask is not None:
-        _check_key_mask_dims(key_mask)
+    for name, t, ranks in (("attn_mask", attn_mask, (2, 3, 4)),
+                           ("key_mask", key_mask, (2,))):
+        if t is not None:
+            _check_mask(name, t, (torch.bool,), ranks)
     if attn_mask is None or key_mask is None:
         return
-    if attn_mask.device != key_mask.device:
-        raise ValueError(f"attn_mask and key_mask must be on one device, got "
-                         f"{attn_mask.device} and {key_mask.device}")
-    keys = key_mask[:, None, None, :]  # (B, 1, 1, M)
-    lead = attn_mask.unsqueeze(1) if attn_mask.dim() == 3 else attn_mask
-    try:
-        torch.broadcast_shapes(lead.shape, keys.shape)
-    except RuntimeError:
-        raise ValueError("attn_mask must broadcast with key_mask seen as "
-                         f"(B, 1, 1, M) = {tuple(keys.shape)} (same B, same M), "
-                         f"got attn_mask "
-                         f"{tuple(attn_mask.shape)}") from None
+    (b, m), lead = key_mask.shape, attn_mask.shape[0] if attn_mask.dim() > 2 else 1
+    same_device = attn_mask.device == key_mask.device
+    if attn_mask.shape[-1] != m or lead not in (1, b) or not same_device:
+        raise ValueError(f"attn_mask must broadcast with key_mask (B, M) = {(b, m)} on "
+                         f"its device, got {tuple(attn_mask.shape)} {attn_mask.device}")
 
 
-def _check_float_mask(mask: torch.Tensor) -> None:
-    if not isinstance(mask, torch.Tensor):
-        raise TypeError(f"mask must be a torch.Tensor, got {type(mask).__name__}")
-    if not mask.is_floating_point():
-        raise TypeError(f"mask must have a floating dtype, got {mask.dtype}")
-
-
-def _check_any_mask(mask: torch.Tensor) -> None:
-    if not isinstance(mask, torch.Tensor):
-        raise TypeError(f"mask must be a torch.Tensor, got {type(mask).__name__}")
-    if mask.dtype != torch.bool and not mask.is_floating_point():
-        raise TypeError(f"mask must be torch.bool or a floating dtype, "
-                        f"got {mask.dtype}")
+def _check_additive(mask: torch.Tensor, dtype: torch.dtype) -> None:
+    """Refuse a mask that is not bool, or a result dtype that cannot hold -inf."""
+    _check_mask("mask", mask, (torch.bool,))
+    if dtype not in _FLOATS:
+        raise TypeError(f"dtype must be a floating dtype, got {dtype!r}")
 # --8<-- [end:validate]

@@ -29,6 +29,8 @@ This file needs only torch and the standard library: copy it into a project.
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import nn
 
@@ -56,7 +58,7 @@ def offset_rotation(
     k: int, d_model: int, *, base: float = 10000.0, dtype: torch.dtype = torch.float64
 ) -> torch.Tensor:
     """R_k (D, D) with PE[pos + k] = R_k @ PE[pos]: each pair turns by k w_i."""
-    _check_offset(k, d_model, base, dtype)
+    _check_table(1, d_model, 0, base, dtype)
     two_i = torch.arange(0, d_model, 2, dtype=torch.float64)  # (D/2,)
     theta = k * base ** (-two_i / d_model)  # k * w_i, (D/2,)
     cos, sin = theta.cos(), theta.sin()
@@ -120,16 +122,12 @@ class SinusoidalPositionalEncoding(nn.Module):
         _check_table(1, d_model, 0, base, torch.float32)
         _check_dropout("dropout", dropout)
         self.d_model, self.base, self.dropout = d_model, base, float(dropout)
-
-    def _check_forward(self, x: torch.Tensor, start: int) -> None:
-        _check_x(x, self.d_model)
-        _check_table(max(x.shape[1], 1), self.d_model, start, self.base, x.dtype)
 # --8<-- [end:sinusoidal_module]
 
     # --8<-- [start:sinusoidal_forward]
     def forward(self, x: torch.Tensor, *, start: int = 0) -> torch.Tensor:
         """x + PE[start : start + N] for x (B, N, D), then dropout in training."""
-        self._check_forward(x, start)
+        _check_x(x, self.d_model)  # start is checked by sinusoidal_positional_encoding
         pe = sinusoidal_positional_encoding(
             x.shape[1], self.d_model, start=start, base=self.base, dtype=x.dtype,
             device=x.device)  # (N, D)
@@ -157,8 +155,7 @@ class LearnedPositionalEncoding(nn.Module):
 
     def __init__(self, max_len: int, d_model: int, *, dropout: float = 0.0) -> None:
         super().__init__()
-        _check_positive_int("max_len", max_len)
-        _check_positive_int("d_model", d_model)
+        _check_ints(max_len=(max_len, 1, math.inf), d_model=(d_model, 1, math.inf))
         _check_dropout("dropout", dropout)
         self.embedding = nn.Embedding(max_len, d_model)
         # Small, so that the words dominate at the start of training.
@@ -167,14 +164,10 @@ class LearnedPositionalEncoding(nn.Module):
 
     def _check_forward(self, x: torch.Tensor, start: int) -> None:
         _check_x(x, self.d_model, self.embedding.weight.device)
-        n = x.shape[1]
-        if not isinstance(start, int) or start < 0:
-            raise ValueError(f"start must be a non-negative int, got {start!r}")
-        if start + n > self.max_len:
-            raise ValueError(
-                f"positions {start}..{start + n - 1} do not fit a learned table of "
-                f"max_len={self.max_len}; got N={n} with start={start}"
-            )
+        last = self.max_len - x.shape[1]  # the last start at which N positions fit
+        if not (isinstance(start, int) and 0 <= start <= last):
+            raise ValueError(f"positions start..start+N-1 must fit the table, got "
+                             f"start={start!r}, N={x.shape[1]}, max_len={self.max_len}")
 # --8<-- [end:learned_module]
 
     # --8<-- [start:learned_forward]
@@ -189,34 +182,23 @@ class LearnedPositionalEncoding(nn.Module):
 
 
 # --8<-- [start:validate]
-def _check_positive_int(name: str, value: int) -> None:
-    if not isinstance(value, int) or value <= 0:
-        raise ValueError(f"{name} must be a positive int, got {value!r}")
+def _check_ints(**bounds: tuple) -> None:
+    """Refuse each ``name=(value, low, high)`` unless value is an int in [low, high]."""
+    for name, (value, low, high) in bounds.items():
+        if not isinstance(value, int) or not low <= value <= high:
+            raise ValueError(f"{name} must be an int in [{low}, {high}], got {value!r}")
 
 
 def _check_table(n_positions: int, d_model: int, start: int, base: float,
                  dtype: torch.dtype) -> None:
     """Refuse sizes, a start, a base or a dtype that would give a wrong table."""
-    _check_positive_int("n_positions", n_positions)
-    _check_positive_int("d_model", d_model)
-    if d_model % 2:
-        raise ValueError(f"d_model must be even (sin and cos pairs), got {d_model}")
-    if not isinstance(start, int) or start < 0:
-        raise ValueError(f"start must be a non-negative int, got {start!r}")
-    _check_base_and_dtype(base, dtype)
-
-
-def _check_offset(k: int, d_model: int, base: float, dtype: torch.dtype) -> None:
-    if not isinstance(k, int):
-        raise ValueError(f"k must be an int offset, got {k!r}")
-    _check_table(1, d_model, 0, base, dtype)
-
-
-def _check_base_and_dtype(base: float, dtype: torch.dtype) -> None:
-    if not isinstance(base, (int, float)) or not base > 1:
-        raise ValueError(f"base must be a number > 1, got {base!r}")
-    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
-        raise TypeError(f"dtype must be a floating torch.dtype, got {dtype!r}")
+    _check_ints(n_positions=(n_positions, 1, math.inf), d_model=(d_model, 2, math.inf),
+                start=(start, 0, math.inf))
+    floats = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+    odd, base_ok = d_model % 2, isinstance(base, (int, float)) and base > 1
+    if odd or not base_ok or dtype not in floats:
+        raise ValueError(f"d_model must be even, base a number > 1 and dtype floating, "
+                         f"got {d_model}, {base!r} and {dtype!r}")
 
 
 def _check_dropout(name: str, p: float) -> None:
@@ -226,11 +208,9 @@ def _check_dropout(name: str, p: float) -> None:
 
 def _check_x(x: torch.Tensor, d_model: int, device: torch.device | None = None) -> None:
     """Refuse x unless it is a floating (B, N, d_model) tensor (on ``device``)."""
-    if not isinstance(x, torch.Tensor) or x.dim() != 3 or x.shape[-1] != d_model:
-        shape = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
-        raise ValueError(f"x must have shape (B, N, D) with D={d_model}, got {shape}")
-    if not x.is_floating_point():
-        raise TypeError(f"x must have a floating dtype, got {x.dtype}")
-    if device is not None and x.device != device:
-        raise ValueError(f"x must be on the module's device {device}, got {x.device}")
+    ok = torch.is_tensor(x) and x.is_floating_point() and x.dim() == 3
+    if not (ok and x.shape[-1] == d_model and x.device == (device or x.device)):
+        got = (tuple(x.shape), x.dtype, x.device) if torch.is_tensor(x) else type(x)
+        raise ValueError(f"x must be a floating (B, N, {d_model}) tensor on "
+                         f"{device or 'any device'}, got {got}")
 # --8<-- [end:validate]

@@ -138,57 +138,29 @@ def scaled_dot_product_attention(
 # --8<-- [start:validate]
 def _check_sdpa(q, k, v, attn_mask, dropout_p, is_causal, scale) -> None:
     """Refuse what would crash deep in torch or give a silently wrong answer."""
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(t, torch.Tensor) or not t.is_floating_point():
-            got = t.dtype if isinstance(t, torch.Tensor) else type(t).__name__
-            raise TypeError(f"{name} must be a floating tensor (..., L, d), got {got}")
-        if t.dim() < 2:
-            raise ValueError(f"{name} must have at least 2 dimensions (..., L, d), "
-                             f"got shape {tuple(t.shape)}")
-    if not q.dtype == k.dtype == v.dtype:
-        raise TypeError(f"q, k and v must share one dtype, got {q.dtype}, {k.dtype} "
-                        f"and {v.dtype}")
-    if not q.device == k.device == v.device:
-        raise ValueError(f"q, k and v must be on one device, got {q.device}, "
-                         f"{k.device} and {v.device}")
-    if q.shape[-1] != k.shape[-1] or k.shape[-2] != v.shape[-2]:
-        raise ValueError(f"q and k must share d, k and v must share M, got q "
-                         f"{tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}")
+    for name, t in {"q": q, "k": k, "v": v, "attn_mask": attn_mask}.items():
+        mask = name == "attn_mask"  # None, bool or q's dtype; (M,) broadcasts
+        dtypes = (getattr(q, "dtype", None), torch.bool if mask else None)
+        ok = torch.is_tensor(t) and t.dim() >= 2 - 2 * mask and t.dtype in dtypes
+        ok = ok and t.device == q.device and q.is_floating_point()
+        if not (ok or mask and t is None):
+            got = (tuple(t.shape), t.dtype, t.device) if torch.is_tensor(t) else type(t)
+            raise TypeError(f"{name} must be a 2-D+ tensor of q's floating dtype (a "
+                            f"mask: any rank, or bool) on q's device, got {got}")
+    shapes = [tuple(getattr(t, "shape", ())) for t in (q, k, v, attn_mask)]
     try:  # the leading (batch, head) dimensions pair up as in torch.matmul
         lead = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
-    except RuntimeError:
-        raise ValueError(f"q, k and v must have leading (batch, head) dimensions that "
-                         f"broadcast, got q {tuple(q.shape)}, k {tuple(k.shape)} and "
-                         f"v {tuple(v.shape)}") from None
-    if attn_mask is not None:
-        _check_attn_mask(attn_mask, q, (*lead, q.shape[-2], k.shape[-2]), is_causal)
-    if not isinstance(dropout_p, (int, float)) or not 0.0 <= dropout_p < 1.0:
-        raise ValueError(f"dropout_p must be a float in [0, 1), got {dropout_p!r}")
-    if scale is not None and not (isinstance(scale, (int, float))
-                                  and math.isfinite(scale) and scale > 0):
-        raise ValueError(f"scale must be a positive finite float or None, "
-                         f"got {scale!r}")
-
-
-def _check_attn_mask(attn_mask, q, scores: tuple[int, ...], is_causal: bool) -> None:
-    """Refuse a mask of the wrong dtype, device or shape, or one next to is_causal."""
-    if is_causal:
-        raise ValueError("attn_mask and is_causal=True were both given (got both); "
-                         "fold the causal triangle into attn_mask if you need both")
-    if not isinstance(attn_mask, torch.Tensor) or attn_mask.dtype not in (
-            torch.bool, q.dtype):
-        got = (attn_mask.dtype if isinstance(attn_mask, torch.Tensor)
-               else type(attn_mask).__name__)
-        raise TypeError(f"attn_mask must be torch.bool (True = may attend) or "
-                        f"{q.dtype} (added to the scores), got {got}")
-    if attn_mask.device != q.device:
-        raise ValueError(f"attn_mask must be on q's device {q.device}, "
-                         f"got {attn_mask.device}")
-    try:
-        fits = torch.broadcast_shapes(attn_mask.shape, scores) == scores
+        scores = (*lead, q.shape[-2], k.shape[-2])
+        fits = torch.broadcast_shapes(shapes[3], scores) == scores
     except RuntimeError:
         fits = False
-    if not fits:
-        raise ValueError(f"attn_mask must broadcast to the scores (..., N, M) = "
-                         f"{scores}, got shape {tuple(attn_mask.shape)}")
+    if not fits or q.shape[-1] != k.shape[-1] or k.shape[-2] != v.shape[-2]:
+        raise ValueError(f"q, k, v, attn_mask must fit (..., N, d), (..., M, d), "
+                         f"(..., M, d_v), (..., N, M); got {shapes}")
+    causal_and_mask = is_causal and attn_mask is not None
+    if not (isinstance(dropout_p, (int, float)) and 0 <= dropout_p < 1) or not (
+            scale is None or 0 < scale < math.inf) or causal_and_mask:
+        raise ValueError(f"dropout_p must be in [0, 1), scale > 0 and finite or None, "
+                         f"attn_mask None if is_causal; got {dropout_p!r}, {scale!r}, "
+                         f"{is_causal}, {type(attn_mask).__name__}")
 # --8<-- [end:validate]
