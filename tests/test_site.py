@@ -58,7 +58,7 @@ def test_included_code_is_on_the_page(built_site):
     text = text_of(page_path(built_site, "foundations/scaled-dot-product.md"))
     assert "def scaled_dot_product_attention(" in text
     assert "def causal_mask(" in text
-    assert "torch.softmax(scores.masked_fill(empty_row, 0.0), dim=-1)" in text
+    assert "torch.softmax(scores, dim=-1).masked_fill(~allowed, 0.0)" in text
 
 
 def test_no_section_markers_or_include_lines_leak(built_site):
