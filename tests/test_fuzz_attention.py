@@ -47,7 +47,8 @@ def _(s):
     return [Call(alibi_mod.alibi_attention,
                  {"q": r(s.b, s.h, s.n, s.d), "k": r(s.b, s.h, m, s.d), "v": r(s.b, s.h, m, s.d + 1),
                   "slopes": alibi_mod.alibi_slopes(s.h)},
-                 {"q": T(rank=4, tied=(0, 1, 3)), "k": T(rank=4, tied=(0, 1, 2, 3)), "v": T(rank=4, tied=(0, 1, 2)),
+                 {"q": T(rank=4, tied=(0, 1, 3), names=("k",)), "k": T(rank=4, tied=(0, 1, 2, 3), names=("v",)),
+                  "v": T(rank=4, tied=(0, 1, 2)),
                   "slopes": T(rank=1, tied=(0,), dtype_peer=False, device_peer=False)})]
 
 

@@ -249,20 +249,21 @@ def test_apply_validation():
 def test_module_validation():
     rope = RotaryEmbedding(8)
     x = _x(n=4, dtype=torch.float32)
-    with pytest.raises(ValueError, match=r"offset must be a non-negative int, got -2"):
+    with pytest.raises(ValueError, match=r"offset must be an int >= 0, got -2"):
         rope(x, x, offset=-2)
     with pytest.raises(ValueError, match=r"q may not be longer than k, got N=4 and M=2"):
         rope(x, x[..., :2, :])
-    with pytest.raises(TypeError, match=r"q must be floating \(B, heads, N, d\), "
+    with pytest.raises(TypeError, match=r"k must be a floating tensor \(B, heads, length, 8\) on k's device, "
                                         r"got torch.float32 \(8,\)"):
         rope(torch.randn(8), torch.randn(8))
-    with pytest.raises(ValueError, match=r"k must have head width d_head = 8, got shape \(2, 3, 4, 6\)"):
+    with pytest.raises(ValueError, match=r"k must be a floating tensor \(B, heads, length, 8\) on k's device, "
+                                         r"got torch.float32 \(2, 3, 4, 6\)"):
         rope(x, x[..., :6])
-    with pytest.raises(TypeError, match=r"k must be floating .*, got \[1.0\]"):
+    with pytest.raises(TypeError, match=r"k must be a floating tensor .*, got \[1.0\]"):
         rope(x, [1.0])
-    with pytest.raises(TypeError, match=r"q must be floating .*, got torch.int64"):
+    with pytest.raises(TypeError, match=r"q must be a floating tensor .*, got torch.int64"):
         rope(x.long(), x)
-    with pytest.raises(ValueError, match=r"q and k must be on one device, got cpu and meta"):
+    with pytest.raises(ValueError, match=r"q must be .* on k's device, got torch.float32 \(2, 3, 4, 8\) on cpu"):
         rope(x, x.to("meta"))
 
 

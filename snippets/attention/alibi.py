@@ -135,77 +135,49 @@ def alibi_attention(
 
 
 # --8<-- [start:validate]
+def _check_heads_arg(ok: bool, name: str, got: object, want: str) -> None:
+    """Raise a ValueError naming the argument, what it must be and what it got."""
+    if not ok:
+        raise ValueError(f"{name} must be {want}, got {got}")
+
+
+def _check_alibi_tensor(name: str, t: object, shape: tuple, like=None) -> None:
+    """Refuse t unless it is a floating tensor of this shape (a letter takes any
+    size) and, when like is given, of like's dtype and on like's device."""
+    ok = isinstance(t, Tensor) and t.is_floating_point() and t.dim() == len(shape)
+    ok = ok and all(isinstance(w, str) or s == w for s, w in zip(t.shape, shape))
+    ok = ok and (like is None or (t.dtype, t.device) == (like.dtype, like.device))
+    got = f"{t.dtype} {tuple(t.shape)} on {t.device}" if isinstance(t, Tensor) else t
+    want = f"a floating tensor ({', '.join(map(str, shape))})"
+    peer = "" if like is None else f" of {like.dtype} on {like.device}"
+    _check_heads_arg(ok, name, got, want + peer)
+
+
 def _check_slopes_call(n_heads: int, dtype: torch.dtype) -> None:
-    if not isinstance(n_heads, int) or n_heads < 1:
-        raise ValueError(f"n_heads must be an int >= 1, got {n_heads!r}")
-    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
-        raise TypeError(f"dtype must be a floating torch.dtype, got {dtype!r}")
+    """Refuse a head count that is not an int > 0 and a dtype that is not floating."""
+    _check_heads_arg(isinstance(n_heads, int) and n_heads > 0, "n_heads", n_heads,
+                     "an int > 0")
+    ok = isinstance(dtype, torch.dtype) and dtype.is_floating_point
+    _check_heads_arg(ok, "dtype", dtype, "a floating torch.dtype")
 
 
 def _check_bias_call(slopes: Tensor, n_queries: int, n_keys: int, causal: bool) -> None:
     """Refuse slopes that are not (H,) floats and lengths a causal bias cannot align."""
-    is_tensor = isinstance(slopes, Tensor)
-    if not is_tensor or slopes.dim() != 1 or not slopes.is_floating_point():
-        got = tuple(slopes.shape) if is_tensor else type(slopes).__name__
-        raise ValueError(
-            f"slopes must be a 1-D floating tensor of shape (H,), got {got}"
-        )
-    for name, value in (("n_queries", n_queries), ("n_keys", n_keys)):
-        if not isinstance(value, int) or value < 0:
-            raise ValueError(f"{name} must be a non-negative int, got {value!r}")
-    if causal and n_queries > n_keys:
-        raise ValueError(
-            f"a causal bias needs n_queries <= n_keys (the queries are the last N of "
-            f"the M positions), got n_queries={n_queries} and n_keys={n_keys}"
-        )
+    _check_alibi_tensor("slopes", slopes, ("H",))
+    for name, size in (("n_queries", n_queries), ("n_keys", n_keys)):
+        _check_heads_arg(isinstance(size, int) and size >= 0, name, size, "an int >= 0")
+    _check_heads_arg(not causal or n_queries <= n_keys, "n_keys", n_keys,
+                     f"at least n_queries = {n_queries} when causal")
 
 
 def _check_alibi_inputs(q: Tensor, k: Tensor, v: Tensor, slopes, causal) -> None:
     """Refuse q, k, v that are not (B, H, length, width) alike, or slopes not (H,)."""
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(t, Tensor) or t.dim() != 4:
-            got = tuple(t.shape) if isinstance(t, Tensor) else type(t).__name__
-            raise ValueError(
-                f"{name} must be a 4-D tensor (B, H, length, width), got {got}"
-            )
-        if not t.is_floating_point():
-            raise TypeError(f"{name} must have a floating dtype, got {t.dtype}")
-    if not (q.dtype == k.dtype == v.dtype):
-        raise TypeError(
-            f"q, k and v must share one dtype, got {q.dtype}, {k.dtype} and {v.dtype}"
-        )
-    if not (q.device == k.device == v.device):
-        raise ValueError(
-            f"q, k and v must be on one device, got {q.device}, {k.device} "
-            f"and {v.device}"
-        )
-    if not (q.shape[:2] == k.shape[:2] == v.shape[:2]):
-        raise ValueError(
-            "q, k and v must share the batch size B and the head count H, got "
-            f"q {tuple(q.shape)}, k {tuple(k.shape)} and v {tuple(v.shape)}"
-        )
-    if q.shape[-1] != k.shape[-1]:
-        raise ValueError(
-            "q and k must have the same head width d, got "
-            f"q {tuple(q.shape)} and k {tuple(k.shape)}"
-        )
-    if k.shape[-2] != v.shape[-2]:
-        raise ValueError(
-            f"k and v must have the same length M, got k {tuple(k.shape)} "
-            f"and v {tuple(v.shape)}"
-        )
-    if not isinstance(slopes, Tensor) or not slopes.is_floating_point():
-        got = slopes.dtype if isinstance(slopes, Tensor) else type(slopes).__name__
-        raise TypeError(
-            f"slopes must be a floating torch.Tensor of shape (H,), got {got}"
-        )
-    if slopes.shape != q.shape[1:2]:
-        raise ValueError(
-            f"slopes must have shape (H,) = ({q.shape[1]},), got {tuple(slopes.shape)}"
-        )
-    if causal and q.shape[-2] > k.shape[-2]:
-        raise ValueError(
-            f"a causal bias needs N <= M (the queries are the last N of the M keys), "
-            f"got q {tuple(q.shape)} and k {tuple(k.shape)}"
-        )
+    _check_alibi_tensor("q", q, ("B", "H", "N", "d"))
+    b, h, n, d = q.shape
+    _check_alibi_tensor("k", k, (b, h, "M", d), q)
+    _check_alibi_tensor("v", v, (b, h, k.shape[2], "d_v"), q)
+    _check_alibi_tensor("slopes", slopes, (h,))
+    # causal: the N queries are the last N of the M keys
+    _check_heads_arg(not causal or n <= k.shape[2], "k", tuple(k.shape),
+                     f"at least N = {n} keys long when causal")
 # --8<-- [end:validate]

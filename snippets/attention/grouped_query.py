@@ -139,100 +139,43 @@ def _combine_masks(
 
 
 # --8<-- [start:validate]
-def _check_gqa_sizes(d_model: int, n_heads: int, n_kv_heads: int, dropout) -> None:
-    """Refuse sizes that do not split into heads and groups, and a bad dropout."""
-    for name, value in (("d_model", d_model), ("n_heads", n_heads),
-                        ("n_kv_heads", n_kv_heads)):
-        if not isinstance(value, int) or value <= 0:
-            raise ValueError(f"{name} must be a positive int, got {value!r}")
-    if d_model % n_heads != 0:
-        raise ValueError(
-            f"d_model must be divisible by n_heads, got d_model={d_model} and "
-            f"n_heads={n_heads}"
-        )
-    if n_heads % n_kv_heads != 0:
-        raise ValueError(
-            f"n_kv_heads must divide n_heads, got n_heads={n_heads} and "
-            f"n_kv_heads={n_kv_heads} (n_heads / n_kv_heads = {n_heads / n_kv_heads:g})"
-        )
-    if not isinstance(dropout, (int, float)) or not 0.0 <= dropout < 1.0:
-        raise ValueError(f"dropout must be a float in [0, 1), got {dropout!r}")
-
-
 def _check_repeat_kv(x: Tensor, n_rep: int) -> None:
-    if not isinstance(x, Tensor) or x.dim() != 4:
-        got = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
-        raise ValueError(f"x must be a 4-D tensor (B, H_kv, M, d), got {got}")
-    if not isinstance(n_rep, int) or n_rep < 1:
-        raise ValueError(f"n_rep must be a positive int, got {n_rep!r}")
+    """Refuse x that is not (B, H_kv, M, d) and a count that is not an int > 0."""
+    is_4d = isinstance(x, Tensor) and x.dim() == 4
+    _check_heads_arg(is_4d, "x", getattr(x, "shape", x), "a 4-D tensor (B, H_kv, M, d)")
+    _check_heads_arg(isinstance(n_rep, int) and n_rep > 0, "n_rep", n_rep, "an int > 0")
 # --8<-- [end:validate]
 
 
 # --8<-- [start:check_inputs]
-def _check_token_inputs(weight: Tensor, **tokens: tuple[Tensor, int, str]) -> None:
-    """Refuse (B, L, width) inputs of another width, batch, dtype or device."""
-    batch = None
-    for name, (t, width, width_name) in tokens.items():
-        if not isinstance(t, Tensor) or not t.is_floating_point() or t.dim() != 3:
-            got = f"{t.dtype} {tuple(t.shape)}" if isinstance(t, Tensor) else t
-            want = f"(B, length, {width_name})"
-            raise TypeError(f"{name} must be a floating tensor {want}, got {got}")
-        if t.shape[-1] != width:
-            raise ValueError(
-                f"{name} must have last dimension {width_name} = {width}, "
-                f"got shape {tuple(t.shape)}"
-            )
-        if batch is not None and t.shape[0] != batch:
-            raise ValueError(
-                f"{name} must have batch size {batch}, got {tuple(t.shape)}"
-            )
-        batch = t.shape[0]
-        if t.device != weight.device:
-            raise ValueError(
-                f"{name} must be on the module's device {weight.device}, got {t.device}"
-            )
-        if t.dtype != weight.dtype and not torch.is_autocast_enabled(t.device.type):
-            raise TypeError(
-                f"{name} must have the module's dtype {weight.dtype}, got {t.dtype}"
-            )
+def _check_heads_arg(ok: bool, name: str, got: object, want: str) -> None:
+    """Raise a ValueError naming the argument, what it must be and what it got."""
+    if not ok:
+        raise ValueError(f"{name} must be {want}, got {got}")
 
 
-def _check_score_masks(
-    attn_mask: Tensor | None, key_mask: Tensor | None, shape: tuple, like: Tensor
-) -> None:
-    """Refuse masks that do not fit scores of shape (B, H, N, M) on like's device."""
-    b, _, _, m = shape
-    for name, mask in (("attn_mask", attn_mask), ("key_mask", key_mask)):
-        if isinstance(mask, Tensor) and mask.device != like.device:
-            raise ValueError(
-                f"{name} must be on the device of the inputs {like.device}, "
-                f"got {mask.device}"
-            )
-    if attn_mask is not None:
-        ok = (torch.bool, like.dtype)
-        if not isinstance(attn_mask, Tensor) or attn_mask.dtype not in ok:
-            got = attn_mask.dtype if isinstance(attn_mask, Tensor) else attn_mask
-            raise TypeError(
-                f"attn_mask must be torch.bool (True = may attend) or {like.dtype} "
-                f"(added to the scores), got {got}"
-            )
-        fits = [a in (1, want) for a, want in zip(attn_mask.shape[::-1], shape[::-1])]
-        if not 2 <= attn_mask.dim() <= 4 or not all(fits):
-            raise ValueError(
-                f"attn_mask must broadcast to (B, H, N, M) = {shape}, "
-                f"got shape {tuple(attn_mask.shape)}"
-            )
-    if key_mask is not None:
-        if not isinstance(key_mask, Tensor) or key_mask.dtype != torch.bool:
-            got = key_mask.dtype if isinstance(key_mask, Tensor) else key_mask
-            raise TypeError(
-                f"key_mask must be a torch.bool tensor (True = real key), got {got}"
-            )
-        if tuple(key_mask.shape) != (b, m):
-            raise ValueError(
-                f"key_mask must have shape (B, M) = {(b, m)}, "
-                f"got shape {tuple(key_mask.shape)}"
-            )
+def _check_heads_input(name, t, shape, like, dtypes=None, min_rank=0) -> None:
+    """Refuse t unless it is a tensor of this shape, dtype and like's device.
+
+    A letter in ``shape`` takes any size. ``dtypes=None`` asks for like's dtype
+    (or any, under autocast). With ``min_rank``, t may drop leading dimensions
+    down to ``min_rank`` and hold 1 anywhere: a mask that broadcasts.
+    """
+    is_tensor = isinstance(t, Tensor)
+    fits = is_tensor and (min_rank or len(shape)) <= t.dim() <= len(shape) and all(
+        isinstance(w, str) or s == w or (min_rank and s == 1)
+        for s, w in zip(t.shape[::-1], shape[::-1])
+    )
+    kind = like.device.type  # under autocast the inputs may come in another dtype
+    amp = torch.amp.is_autocast_available(kind) and torch.is_autocast_enabled(kind)
+    amp = amp and dtypes is None  # never for masks, whose dtype is given
+    dtypes = dtypes or (like.dtype,)
+    if not fits or t.device != like.device or t.dtype not in dtypes and not amp:
+        got = f"{t.dtype} {tuple(t.shape)} on {t.device}" if is_tensor else t
+        dims = ("broadcasting to " if min_rank else "") + ", ".join(map(str, shape))
+        want = f"a {' or '.join(map(str, dtypes))} tensor ({dims})"
+        error = ValueError if is_tensor and t.dtype in dtypes else TypeError
+        raise error(f"{name} must be {want} on {like.device}, got {got}")
 # --8<-- [end:check_inputs]
 
 
@@ -277,7 +220,16 @@ class GroupedQueryAttention(nn.Module):
         bias: bool = True,
     ) -> None:
         super().__init__()
-        _check_gqa_sizes(d_model, n_heads, n_kv_heads, dropout)
+        sizes = {"d_model": d_model, "n_heads": n_heads, "n_kv_heads": n_kv_heads}
+        for name, size in sizes.items():
+            ok = isinstance(size, int) and size > 0
+            _check_heads_arg(ok, name, size, "an int > 0")
+        _check_heads_arg(d_model % n_heads == 0, "n_heads", n_heads,
+                         f"a divisor of d_model = {d_model}")
+        _check_heads_arg(n_heads % n_kv_heads == 0, "n_kv_heads", n_kv_heads,
+                         f"a divisor of n_heads = {n_heads}")
+        ok = isinstance(dropout, (int, float)) and 0 <= dropout < 1
+        _check_heads_arg(ok, "dropout", dropout, "a float in [0, 1)")
         self.d_model, self.n_heads, self.n_kv_heads = d_model, n_heads, n_kv_heads
         self.d_head = d_model // n_heads  # d = D / H
         self.n_groups = n_heads // n_kv_heads  # G query heads per key/value head
@@ -302,17 +254,15 @@ class GroupedQueryAttention(nn.Module):
     def _check_forward(self, query, key, value, attn_mask, key_mask) -> None:
         """Refuse inputs and masks that do not fit this module or each other."""
         w = self.out_proj.weight
-        _check_token_inputs(
-            w, query=(query, self.d_model, "D"), key=(key, self.d_model, "D"),
-            value=(value, self.d_model, "D"),
-        )
-        if value.shape[1] != key.shape[1]:
-            raise ValueError(
-                f"key and value must have the same length M, got key "
-                f"{tuple(key.shape)} and value {tuple(value.shape)}"
-            )
-        b, n, m = query.shape[0], query.shape[1], key.shape[1]
-        _check_score_masks(attn_mask, key_mask, (b, self.n_heads, n, m), query)
+        _check_heads_input("query", query, ("B", "N", self.d_model), w)
+        _check_heads_input("key", key, (len(query), "M", self.kdim), w)
+        b, h, n, m = len(query), self.n_heads, query.shape[1], key.shape[1]
+        _check_heads_input("value", value, (b, m, self.vdim), w)
+        if attn_mask is not None:  # bool, True = may attend; or float, added
+            _check_heads_input("attn_mask", attn_mask, (b, h, n, m), query,
+                               (torch.bool, query.dtype), min_rank=2)
+        if key_mask is not None:  # True = a real key
+            _check_heads_input("key_mask", key_mask, (b, m), query, (torch.bool,))
     # --8<-- [end:module]
 
     # --8<-- [start:forward]
@@ -358,17 +308,11 @@ class GroupedQueryAttention(nn.Module):
         Returns:
             A ``GroupedQueryAttention`` on the same device and dtype.
         """
-        if not isinstance(mha, nn.MultiheadAttention):
-            raise TypeError(
-                f"mha must be an nn.MultiheadAttention, got {type(mha).__name__}"
-            )
-        if not mha._qkv_same_embed_dim or mha.bias_k is not None or mha.add_zero_attn:
-            raise ValueError(
-                "mha must have kdim = vdim = embed_dim and no add_bias_kv or "
-                f"add_zero_attn, got kdim={mha.kdim}, vdim={mha.vdim}, "
-                f"embed_dim={mha.embed_dim}, add_bias_kv={mha.bias_k is not None}, "
-                f"add_zero_attn={mha.add_zero_attn}"
-            )
+        ok = isinstance(mha, nn.MultiheadAttention) and mha._qkv_same_embed_dim
+        ok = ok and mha.bias_k is None and not mha.add_zero_attn  # no extra keys
+        want = ("an nn.MultiheadAttention with kdim = vdim = embed_dim, without "
+                "add_bias_kv or add_zero_attn")
+        _check_heads_arg(ok, "mha", type(mha).__name__, want)
         bias = mha.in_proj_bias is not None
         ref = mha.out_proj.weight
         new = cls(mha.embed_dim, mha.num_heads, n_kv_heads, dropout=mha.dropout,

@@ -139,27 +139,21 @@ class RotaryEmbedding(nn.Module):
         self.d_head, self.base, self.interleaved = d_head, base, interleaved
 
     def _check_forward(self, q: torch.Tensor, k: torch.Tensor, offset: int) -> None:
-        """Refuse q longer than k, a negative offset, or heads of another width."""
-        for name, t in (("q", q), ("k", k)):
+        """Refuse q and k that are not (B, heads, length, d_head) floats on one device,
+        q longer than k, or an offset that is not an int >= 0."""
+        for name, t in (("k", k), ("q", q)):  # k first: q must be on k's device
             is_tensor = isinstance(t, torch.Tensor)
-            if not is_tensor or not t.is_floating_point() or t.dim() != 4:
-                got = f"{t.dtype} {tuple(t.shape)}" if is_tensor else t
-                raise TypeError(f"{name} must be floating (B, heads, N, d), got {got}")
-            if t.shape[-1] != self.d_head:
-                raise ValueError(
-                    f"{name} must have head width d_head = {self.d_head}, "
-                    f"got shape {tuple(t.shape)}"
-                )
-        if q.device != k.device:
-            raise ValueError(
-                f"q and k must be on one device, got {q.device} and {k.device}"
-            )
+            ok = is_tensor and t.is_floating_point() and t.dim() == 4
+            if not ok or t.shape[-1] != self.d_head or t.device != k.device:
+                got = f"{t.dtype} {tuple(t.shape)} on {t.device}" if is_tensor else t
+                want = f"a floating tensor (B, heads, length, {self.d_head})"
+                error = ValueError if ok else TypeError
+                raise error(f"{name} must be {want} on k's device, got {got}")
         if q.shape[-2] > k.shape[-2]:
-            raise ValueError(
-                f"q may not be longer than k, got N={q.shape[-2]} and M={k.shape[-2]}"
-            )
+            raise ValueError(f"q may not be longer than k, got N={q.shape[-2]} and "
+                             f"M={k.shape[-2]}")
         if not isinstance(offset, int) or offset < 0:
-            raise ValueError(f"offset must be a non-negative int, got {offset!r}")
+            raise ValueError(f"offset must be an int >= 0, got {offset!r}")
     # --8<-- [end:module]
 
     # --8<-- [start:forward]
