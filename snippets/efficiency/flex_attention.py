@@ -30,6 +30,10 @@ Index conventions: N queries, M keys. When N != M the N queries are the last N
 of the M positions (lower-right alignment, as with a KV cache): query ``i``
 sits at absolute position ``i + M - N``.
 
+The kernels (``causal_mod``, ``window_mod``, ...) hold the index arithmetic the
+page shows; the public functions in ``__all__`` check their arguments and call
+them.
+
 This file needs only torch and the standard library: copy it into a project.
 Eager ``flex_attention`` runs on the CPU (forward only); on a GPU wrap it in
 ``torch.compile`` to get the fused kernel.
@@ -41,6 +45,7 @@ import math
 from collections.abc import Callable
 
 import torch
+import torch.nn.functional as F
 from torch.nn.attention.flex_attention import (
     BlockMask,
     and_masks,
@@ -65,56 +70,14 @@ __all__ = [
     "flash_attn_window_size",
 ]
 
-MaskMod = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
-ScoreMod = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
-
-
-def _check_count(name: str, value: object, minimum: int = 0) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
-
-
-def _check_flag(name: str, value: object) -> None:
-    if not isinstance(value, bool):
-        raise TypeError(f"{name} must be a bool, got {value!r}")
-
-
-def _check_mod(name: str, mod: object, *, optional: bool = False) -> None:
-    if not callable(mod) and not (optional and mod is None):
-        raise TypeError(f"{name} must be a function{' or None' if optional else ''}, got {mod!r}")
-
-
-def _check_flex_inputs(q, k, v, mask_mod, score_mod, block_size) -> None:
-    """Raise a clear error unless q, k, v, the mods and the tile size suit ``flex_attend``."""
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(t, torch.Tensor) or t.dim() != 4 or not t.is_floating_point():
-            got = f"{tuple(t.shape)} {t.dtype}" if isinstance(t, torch.Tensor) else type(t).__name__
-            raise ValueError(f"{name} must be a floating tensor of shape (B, H, length, width), got {got}")
-    B, H, N, d = q.shape
-    H_kv = k.shape[1]
-    if k.shape[0] != B or v.shape[:3] != k.shape[:3] or k.shape[-1] != d or H % H_kv:
-        raise ValueError(
-            f"k and v must have shapes (B, H_kv, M, d) and (B, H_kv, M, d_v) with B = {B}, d = {d} "
-            f"and H_kv dividing H = {H}, got k {tuple(k.shape)} and v {tuple(v.shape)}"
-        )
-    if k.dtype != q.dtype or v.dtype != q.dtype:
-        raise TypeError(f"q, k and v must share one dtype, got {q.dtype}, {k.dtype} and {v.dtype}")
-    if k.device != q.device or v.device != q.device:
-        raise ValueError(f"q, k and v must be on one device, got {q.device}, {k.device} and {v.device}")
-    _check_mod("mask_mod", mask_mod, optional=True)
-    _check_mod("score_mod", score_mod, optional=True)
-    _check_count("block_size", block_size, 1)
+Index = torch.Tensor
+MaskMod = Callable[[Index, Index, Index, Index], torch.Tensor]
+ScoreMod = Callable[[torch.Tensor, Index, Index, Index, Index], torch.Tensor]
 
 
 # --8<-- [start:masks]
-def causal_mask_mod(n_queries: int, n_keys: int) -> MaskMod:
-    """Causal, aligned to the lower right: query ``i`` sees key ``j <= i + M - N``.
-
-    For N > M the first N - M queries see no key at all (their rows are zeros).
-    """
-    _check_count("n_queries", n_queries)
-    _check_count("n_keys", n_keys)
-    offset = n_keys - n_queries  # absolute position of query 0
+def causal_mod(offset: int) -> MaskMod:
+    """j <= i', where i' = i + offset is query i's absolute position (offset M - N)."""
 
     def causal(b, h, q_idx, kv_idx):
         return kv_idx <= q_idx + offset
@@ -122,108 +85,55 @@ def causal_mask_mod(n_queries: int, n_keys: int) -> MaskMod:
     return causal
 
 
-def sliding_window_mask_mod(window: int, n_queries: int, n_keys: int, *, causal: bool = True) -> MaskMod:
-    """This site's window of ``w`` keys, the query itself included.
-
-    Causal: ``i' - w < j <= i'``; bidirectional: ``|i' - j| < w``, where
-    ``i' = i + M - N`` is the query's absolute position.
-    """
-    _check_count("window", window, 1)
-    _check_count("n_queries", n_queries)
-    _check_count("n_keys", n_keys)
-    _check_flag("causal", causal)
-    offset = n_keys - n_queries
+def window_mod(window: int, offset: int, causal: bool) -> MaskMod:
+    """Causal: i' - w < j <= i'; bidirectional: |i' - j| < w."""
 
     def sliding_window(b, h, q_idx, kv_idx):
-        distance = q_idx + offset - kv_idx  # > 0 for keys behind the query
+        distance = q_idx + offset - kv_idx  # i' - j, > 0 for keys behind the query
         if causal:
             return (distance >= 0) & (distance < window)
         return distance.abs() < window
 
     return sliding_window
+# --8<-- [end:masks]
 
 
-def prefix_lm_mask_mod(prefix_len: int) -> MaskMod:
-    """Prefix-LM (N = M): the first ``prefix_len`` keys are visible to every query,
-    the rest causally. The prefix attends to itself in both directions."""
-    _check_count("prefix_len", prefix_len)
+# --8<-- [start:prefix]
+def prefix_lm_mod(prefix_len: int) -> MaskMod:
+    """j < prefix_len (every query sees the prefix) or j <= i (the rest, causally)."""
 
     def in_prefix(b, h, q_idx, kv_idx):
         return kv_idx < prefix_len
 
-    def causal(b, h, q_idx, kv_idx):
-        return kv_idx <= q_idx
-
-    return or_masks(in_prefix, causal)
-# --8<-- [end:masks]
+    return or_masks(in_prefix, causal_mod(0))
+# --8<-- [end:prefix]
 
 
 # --8<-- [start:documents]
-def document_ids_from_lengths(lengths: list[int], *, device: torch.device | str | None = None) -> torch.Tensor:
-    """Documents packed end to end: ``[2, 3]`` -> ``tensor([0, 0, 1, 1, 1])``."""
-    if not isinstance(lengths, (list, tuple)) or not lengths:
-        raise ValueError(f"lengths must be a non-empty list of ints >= 1, got {lengths!r}")
-    for i, n in enumerate(lengths):
-        _check_count(f"lengths[{i}]", n, 1)
-    counts = torch.tensor(lengths, device=device)
-    return torch.repeat_interleave(torch.arange(len(lengths), device=device), counts)  # (N,)
-
-
-def document_mask_mod(document_ids: torch.Tensor, *, causal: bool = True) -> MaskMod:
-    """Packed sequences (N = M): a token sees only tokens of its own document
-    (and, when causal, only the earlier ones).
-
-    Args:
-        document_ids: ``(N,)`` or ``(B, N)`` integer ids, one per position.
-    """
-    if not isinstance(document_ids, torch.Tensor) or document_ids.dim() not in (1, 2) \
-            or document_ids.is_floating_point() or document_ids.dtype == torch.bool:
-        got = (f"{tuple(document_ids.shape)} {document_ids.dtype}" if isinstance(document_ids, torch.Tensor)
-               else type(document_ids).__name__)
-        raise ValueError(f"document_ids must be an integer tensor of shape (N,) or (B, N), got {got}")
-    _check_flag("causal", causal)
-    ids = document_ids if document_ids.dim() == 2 else document_ids.unsqueeze(0)  # (B or 1, N)
-    per_batch = document_ids.dim() == 2
+def document_mod(ids: torch.Tensor, causal: bool) -> MaskMod:
+    """ids[b, i] == ids[b, j], and j <= i when causal; ids is (B, N) or (1, N)."""
 
     def same_document(b, h, q_idx, kv_idx):
-        row = b if per_batch else 0
+        row = b if ids.shape[0] > 1 else 0  # one row of ids may serve every batch entry
         return ids[row, q_idx] == ids[row, kv_idx]
 
-    def earlier(b, h, q_idx, kv_idx):
-        return kv_idx <= q_idx
-
-    return and_masks(same_document, earlier) if causal else same_document
+    return and_masks(same_document, causal_mod(0)) if causal else same_document
 # --8<-- [end:documents]
 
 
 # --8<-- [start:scores]
-def alibi_score_mod(slopes: torch.Tensor, n_queries: int, n_keys: int, *, causal: bool = True) -> ScoreMod:
-    """ALiBi: subtract ``m_h * distance`` from head ``h``'s scaled score.
-
-    The distance is ``i + M - N - j`` (causal; future keys are left to a
-    ``mask_mod``) or its absolute value (``causal=False``), as in the ALiBi page.
-    """
-    if not isinstance(slopes, torch.Tensor) or slopes.dim() != 1 or not slopes.is_floating_point():
-        got = tuple(slopes.shape) if isinstance(slopes, torch.Tensor) else type(slopes).__name__
-        raise ValueError(f"slopes must be a 1-D floating tensor of shape (H,), got {got}")
-    _check_count("n_queries", n_queries)
-    _check_count("n_keys", n_keys)
-    _check_flag("causal", causal)
-    offset = n_keys - n_queries
+def alibi_mod(slopes: torch.Tensor, offset: int, causal: bool) -> ScoreMod:
+    """s - m_h (i' - j), or s - m_h |i' - j| when bidirectional."""
 
     def alibi(score, b, h, q_idx, kv_idx):
-        distance = q_idx + offset - kv_idx
-        if not causal:
-            distance = distance.abs()
-        return score - slopes[h] * distance
+        distance = q_idx + offset - kv_idx  # future keys are left to a mask_mod
+        return score - slopes[h] * (distance if causal else distance.abs())
 
     return alibi
 
 
-def soft_cap_score_mod(cap: float) -> ScoreMod:
-    """Soft-capping: ``cap * tanh(score / cap)`` keeps every score in (-cap, cap)."""
-    if isinstance(cap, bool) or not isinstance(cap, (int, float)) or not (0 < cap < math.inf):
-        raise ValueError(f"cap must be a positive finite number, got {cap!r}")
+def soft_cap_mod(cap: float) -> ScoreMod:
+    """c tanh(s / c): every score lands in (-c, c)."""
 
     def soft_cap(score, b, h, q_idx, kv_idx):
         return cap * torch.tanh(score / cap)
@@ -232,29 +142,145 @@ def soft_cap_score_mod(cap: float) -> ScoreMod:
 # --8<-- [end:scores]
 
 
-# --8<-- [start:blocks]
-def dense_mask(mask_mod: MaskMod, n_queries: int, n_keys: int, *, batch: int = 1, heads: int = 1,
-               device: torch.device | str | None = None) -> torch.Tensor:
-    """Evaluate ``mask_mod`` at every (b, h, i, j): the boolean ``attn_mask`` SDPA takes.
+# --8<-- [start:attend]
+def attend_tiles(q, k, v, mask_mod, score_mod, block_size):
+    """softmax(score_mod(scale q k^T)) v, over the tiles where mask_mod allows pairs."""
+    (B, H, N, _), M = q.shape, k.shape[-2]
+    block_mask = None  # None: every pair, every tile
+    if mask_mod is not None:  # which (block_size x block_size) tiles to run
+        block_mask = create_block_mask(
+            mask_mod, B, H, N, M, device=q.device, BLOCK_SIZE=block_size
+        )
+    # (B, H, N, d) with (B, H_kv, M, d), (B, H_kv, M, d_v) -> (B, H, N, d_v)
+    return flex_attention(
+        q, k, v, score_mod=score_mod, block_mask=block_mask, enable_gqa=k.shape[1] != H
+    )
+# --8<-- [end:attend]
 
-    Returns:
-        ``(batch, heads, N, M)``, True = may attend.
-    """
-    _check_mod("mask_mod", mask_mod)
-    for name, value in (("n_queries", n_queries), ("n_keys", n_keys)):
-        _check_count(name, value)
-    for name, value in (("batch", batch), ("heads", heads)):
-        _check_count(name, value, 1)
+
+# --8<-- [start:dense]
+def evaluate_mod(mask_mod, batch, heads, n_queries, n_keys, device=None):
+    """mask_mod at every (b, h, i, j), by broadcasting index grids: SDPA's attn_mask."""
     b = torch.arange(batch, device=device).view(-1, 1, 1, 1)  # (B, 1, 1, 1)
     h = torch.arange(heads, device=device).view(1, -1, 1, 1)  # (1, H, 1, 1)
     i = torch.arange(n_queries, device=device).view(1, 1, -1, 1)  # (1, 1, N, 1)
     j = torch.arange(n_keys, device=device).view(1, 1, 1, -1)  # (1, 1, 1, M)
     allowed = mask_mod(b, h, i, j)  # broadcasts to (B or 1, H or 1, N, M)
-    return allowed.expand(batch, heads, n_queries, n_keys)
+    return allowed.expand(batch, heads, n_queries, n_keys)  # True = may attend
+# --8<-- [end:dense]
+
+
+# --8<-- [start:blocks]
+def tile_states(mask: torch.Tensor, block: int) -> torch.Tensor:
+    """Per (block x block) tile: 0 skipped (no allowed pair), 1 partial, 2 full."""
+    n, m = mask.shape[-2:]
+    # Padding counts as blocked, as in a kernel whose last tile runs past the
+    # end: such a tile is never full, it must mask the positions beyond N or M.
+    padded = F.pad(mask, (0, -m % block, 0, -n % block), value=False)
+    # (..., N/b, b, M/b, b): tile row, query in it, tile column, key in it
+    tiles = padded.unflatten(-2, (-1, block)).unflatten(-1, (-1, block))
+    allowed = tiles.sum(dim=(-3, -1))  # allowed pairs per tile, (..., N/b, M/b)
+    return (allowed > 0).long() + (allowed == block * block).long()
+# --8<-- [end:blocks]
+
+
+# --8<-- [start:face]
+def causal_mask_mod(n_queries: int, n_keys: int) -> MaskMod:
+    """Causal, aligned to the lower right: query ``i`` sees key ``j <= i + M - N``.
+
+    For N > M the first N - M queries see no key at all (their rows are zeros).
+    """
+    _check_flex_sizes(n_queries=n_queries, n_keys=n_keys)
+    return causal_mod(n_keys - n_queries)
+
+
+def sliding_window_mask_mod(
+    window: int, n_queries: int, n_keys: int, *, causal: bool = True
+) -> MaskMod:
+    """This site's window of ``w`` keys, the query itself included.
+
+    Causal: ``i' - w < j <= i'``; bidirectional: ``|i' - j| < w``, where
+    ``i' = i + M - N`` is the query's absolute position.
+    """
+    _check_flex_sizes("window", window=window, n_queries=n_queries, n_keys=n_keys)
+    return window_mod(window, n_keys - n_queries, causal)
+
+
+def prefix_lm_mask_mod(prefix_len: int) -> MaskMod:
+    """Prefix-LM (N = M): the first ``prefix_len`` keys are visible to every query,
+    the rest causally. The prefix attends to itself in both directions."""
+    _check_flex_sizes(prefix_len=prefix_len)
+    return prefix_lm_mod(prefix_len)
+
+
+def document_ids_from_lengths(
+    lengths: list[int], *, device: torch.device | str | None = None
+) -> torch.Tensor:
+    """Documents packed end to end: ``[2, 3]`` -> ``tensor([0, 0, 1, 1, 1])``."""
+    if not isinstance(lengths, (list, tuple)) or not lengths:
+        raise ValueError(f"lengths must be a non-empty list of ints, got {lengths!r}")
+    sizes = {f"lengths[{i}]": n for i, n in enumerate(lengths)}
+    _check_flex_sizes(*sizes, **sizes)
+    counts = torch.tensor(lengths, device=device)
+    return torch.arange(len(lengths), device=device).repeat_interleave(counts)  # (N,)
+
+
+def document_mask_mod(document_ids: torch.Tensor, *, causal: bool = True) -> MaskMod:
+    """Packed sequences (N = M): a token sees only tokens of its own document.
+
+    Args:
+        document_ids: ``(N,)`` or ``(B, N)`` integer ids, one per position.
+        causal: also hide the later tokens of the same document.
+    """
+    _check_flex_tensor("document_ids", document_ids, (1, 2), "any")
+    ids = document_ids if document_ids.dim() == 2 else document_ids.unsqueeze(0)
+    return document_mod(ids, causal)  # ids: (B or 1, N)
+
+
+def alibi_score_mod(
+    slopes: torch.Tensor, n_queries: int, n_keys: int, *, causal: bool = True
+) -> ScoreMod:
+    """ALiBi: subtract ``m_h * distance`` from head ``h``'s scaled score.
+
+    The distance is ``i + M - N - j`` (causal; future keys are left to a
+    ``mask_mod``) or its absolute value (``causal=False``), as in the ALiBi page.
+    ``slopes`` is ``(H,)``.
+    """
+    _check_flex_tensor("slopes", slopes, (1,))
+    _check_flex_sizes(n_queries=n_queries, n_keys=n_keys)
+    return alibi_mod(slopes, n_keys - n_queries, causal)
+
+
+def soft_cap_score_mod(cap: float) -> ScoreMod:
+    """Soft-capping: ``cap * tanh(score / cap)`` keeps every score in (-cap, cap)."""
+    if not (isinstance(cap, (int, float)) and 0 < cap < math.inf):
+        raise ValueError(f"cap must be a positive finite number, got {cap!r}")
+    return soft_cap_mod(cap)
+
+
+def dense_mask(
+    mask_mod: MaskMod,
+    n_queries: int,
+    n_keys: int,
+    *,
+    batch: int = 1,
+    heads: int = 1,
+    device: torch.device | str | None = None,
+) -> torch.Tensor:
+    """Evaluate ``mask_mod`` at every (b, h, i, j): the boolean mask SDPA takes.
+
+    Returns:
+        ``(batch, heads, N, M)``, True = may attend.
+    """
+    if not callable(mask_mod):
+        raise TypeError(f"mask_mod must be a function, got {mask_mod!r}")
+    sizes = {"n_queries": n_queries, "n_keys": n_keys, "batch": batch, "heads": heads}
+    _check_flex_sizes("batch", "heads", **sizes)
+    return evaluate_mod(mask_mod, batch, heads, n_queries, n_keys, device)
 
 
 def block_tiles(mask: torch.Tensor, block_size: int = 128) -> torch.Tensor:
-    """Sort the (block_size x block_size) tiles of a mask the way a block-sparse kernel does.
+    """Sort the tiles of a mask the way a block-sparse kernel does.
 
     Args:
         mask: a dense ``(..., N, M)`` boolean mask, True = may attend.
@@ -266,22 +292,14 @@ def block_tiles(mask: torch.Tensor, block_size: int = 128) -> torch.Tensor:
         (computed, and the mask applied inside it), 2 where every pair is
         allowed (computed with no mask at all).
     """
-    if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool or mask.dim() < 2:
-        got = f"{tuple(mask.shape)} {mask.dtype}" if isinstance(mask, torch.Tensor) else type(mask).__name__
-        raise ValueError(f"mask must be a boolean tensor of shape (..., N, M), got {got}")
-    _check_count("block_size", block_size, 1)
-    n, m = mask.shape[-2:]
-    pad = (0, -m % block_size, 0, -n % block_size)
-
-    # Padding counts as blocked, as in a kernel whose last tile runs past the
-    # end: such a tile is never full, it must mask the positions beyond N or M.
-    padded = torch.nn.functional.pad(mask, pad, value=False)
-    tiles = padded.unflatten(-2, (-1, block_size)).unflatten(-1, (-1, block_size))  # (..., N/b, b, M/b, b)
-    allowed = tiles.sum(dim=(-3, -1))  # allowed pairs in each tile: (..., N/b, M/b)
-    return (allowed > 0).long() + (allowed == block_size * block_size).long()
+    _check_flex_tensor("mask", mask, (2, 3, 4), "bool")
+    _check_flex_sizes("block_size", block_size=block_size)
+    return tile_states(mask, block_size)
 
 
-def computed_block_fraction(mask: torch.Tensor, block_size: int = 128) -> tuple[float, float]:
+def computed_block_fraction(
+    mask: torch.Tensor, block_size: int = 128
+) -> tuple[float, float]:
     """The fraction of tiles a block-sparse kernel computes, and of tiles it must mask.
 
     Returns:
@@ -295,18 +313,15 @@ def computed_block_fraction(mask: torch.Tensor, block_size: int = 128) -> tuple[
 def block_mask_fraction(block_mask: BlockMask) -> float:
     """The fraction of tiles a ``BlockMask`` computes, read from its block counts."""
     if not isinstance(block_mask, BlockMask):
-        raise TypeError(f"block_mask must be a BlockMask, got {type(block_mask).__name__}")
-    n, m = block_mask.seq_lengths
-    bq, bk = block_mask.BLOCK_SIZE
-    tiles = math.ceil(n / bq) * math.ceil(m / bk)
-    counts = block_mask.kv_num_blocks
+        raise TypeError(f"block_mask must be a BlockMask, got {type(block_mask)}")
+    (n, m), (bq, bk) = block_mask.seq_lengths, block_mask.BLOCK_SIZE
+    counts = block_mask.kv_num_blocks  # (B, H, N / bq): partial tiles per tile row
     if block_mask.full_kv_num_blocks is not None:
         counts = counts + block_mask.full_kv_num_blocks
+    tiles = math.ceil(n / bq) * math.ceil(m / bk)
     return counts.sum().item() / (counts.shape[0] * counts.shape[1] * tiles)
-# --8<-- [end:blocks]
 
 
-# --8<-- [start:attend]
 def flex_attend(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -329,27 +344,57 @@ def flex_attend(
     Returns:
         ``(B, H, N, d_v)``. A query that may attend to no key returns zeros.
     """
-    _check_flex_inputs(q, k, v, mask_mod, score_mod, block_size)
-    B, H, N, d = q.shape
-    H_kv, M = k.shape[1], k.shape[2]
-    block_mask = None
-    if mask_mod is not None:
-        block_mask = create_block_mask(mask_mod, B, H, N, M, device=q.device, BLOCK_SIZE=block_size)
-    return flex_attention(q, k, v, score_mod=score_mod, block_mask=block_mask, enable_gqa=H != H_kv)
-# --8<-- [end:attend]
+    _check_flex_qkv(q, k, v, mask_mod, score_mod, block_size)
+    return attend_tiles(q, k, v, mask_mod, score_mod, block_size)
 
 
-# --8<-- [start:conventions]
 def flash_attn_window_size(window: int, *, causal: bool = True) -> tuple[int, int]:
-    """This site's window of ``w`` keys as FlashAttention's ``window_size=(left, right)``.
+    """This site's window of ``w`` keys as FlashAttention's ``window_size``.
+
+    Returns ``(left, right)``.
 
     FlashAttention lets query ``i`` see keys ``[i' - left, i' + right]``
     inclusive (``i' = i + M - N``): ``left + right + 1`` keys. This site's
     causal window counts ``w`` keys including the query, so ``left = w - 1``;
     the bidirectional one reaches ``w - 1`` keys each way.
     """
-    _check_count("window", window, 1)
-    _check_flag("causal", causal)
+    _check_flex_sizes("window", window=window)
     return (window - 1, 0) if causal else (window - 1, window - 1)
-# --8<-- [end:conventions]
+# --8<-- [end:face]
 
+
+# --8<-- [start:checks]
+def _check_flex_sizes(*positive: str, **sizes) -> None:
+    """Every size is an int >= 0, and >= 1 where its name is in ``positive``."""
+    for name, value in sizes.items():
+        low = int(name in positive)
+        if not isinstance(value, int) or value < low:
+            raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
+
+
+def _check_flex_tensor(name, t, dims, kind: str = "floating", like=None) -> None:
+    """Refuse t unless it is a ``kind`` tensor of ``dims`` dims (and like ``like``)."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a tensor, got {type(t).__name__}")
+    ok = {"floating": t.is_floating_point(), "bool": t.dtype == torch.bool}.get(kind, 1)
+    if like is not None:  # the dtype and device of like (q) too
+        ok, kind = ok and (t.dtype, t.device) == (like.dtype, like.device), like.dtype
+    if t.dim() not in dims or not ok:
+        got = f"{tuple(t.shape)} {t.dtype} on {t.device}"
+        raise ValueError(f"{name} must have {dims} dims, dtype {kind}, got {got}")
+
+
+def _check_flex_qkv(q, k, v, mask_mod, score_mod, block_size) -> None:
+    """q (B, H, N, d), k (B, H_kv, M, d), v (B, H_kv, M, d_v), H_kv dividing H."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        _check_flex_tensor(name, t, (4,), like=q)
+    # k: q's B and d (dims 0 and 3); v: k's B, H_kv and M; H_kv divides H
+    if k.shape[::3] != q.shape[::3] or v.shape[:3] != k.shape[:3] \
+            or q.shape[1] % k.shape[1]:
+        got = f"q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
+        raise ValueError(f"k, v must be (B, H_kv, M, d), (B, H_kv, M, d_v), got {got}")
+    for name, mod in (("mask_mod", mask_mod), ("score_mod", score_mod)):
+        if mod is not None and not callable(mod):
+            raise TypeError(f"{name} must be a function or None, got {mod!r}")
+    _check_flex_sizes("block_size", block_size=block_size)
+# --8<-- [end:checks]

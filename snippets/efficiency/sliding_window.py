@@ -17,6 +17,9 @@ Window semantics (``window`` = w):
 chunks of ``c`` queries, and each chunk scores only the keys its band can reach,
 so the cost is O(N (c + w) d) time and O(c (c + w)) memory per (batch, head).
 
+``in_window`` and ``window_chunks`` are the kernels the page shows; the public
+functions check their arguments and call them.
+
 This file needs only torch and the standard library: copy it into a project.
 """
 
@@ -29,65 +32,34 @@ import torch
 __all__ = ["sliding_window_mask", "sliding_window_attention"]
 
 
-# --8<-- [start:validate]
-def _check_int_at_least_one(name: str, value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be an int >= 1, got {value!r}")
-
-
-def _check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
-    """Raise a clear error unless q, k, v can be attended together."""
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-        if not t.is_floating_point():
-            raise TypeError(f"{name} must have a floating dtype, got {t.dtype}")
-        if t.dim() < 2:
-            raise ValueError(
-                f"{name} must have at least 2 dimensions (..., length, width), "
-                f"got shape {tuple(t.shape)}"
-            )
-    if not (q.dtype == k.dtype == v.dtype):
-        raise TypeError(
-            f"q, k and v must share one dtype, got {q.dtype}, {k.dtype} and {v.dtype}"
-        )
-    if not (q.device == k.device == v.device):
-        raise ValueError(
-            f"q, k and v must be on one device, got {q.device}, {k.device} "
-            f"and {v.device}"
-        )
-    if q.shape[-1] != k.shape[-1]:
-        raise ValueError(
-            f"q and k must have the same last dimension d, got q {tuple(q.shape)} "
-            f"and k {tuple(k.shape)}"
-        )
-    if k.shape[-2] != v.shape[-2]:
-        raise ValueError(
-            f"k and v must have the same length M (dimension -2), got k "
-            f"{tuple(k.shape)} and v {tuple(v.shape)}"
-        )
-    try:  # the leading (batch, head) dimensions pair up as in torch.matmul
-        torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
-    except RuntimeError:
-        raise ValueError(
-            "q, k and v must have leading (batch, head) dimensions that broadcast, "
-            f"got q {tuple(q.shape)}, k {tuple(k.shape)} and v {tuple(v.shape)}"
-        ) from None
-
-
-def _check_band_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
-    """Raise a clear error unless q, k, v are one sequence's (..., N, d) tensors."""
-    _check_qkv(q, k, v)
-    # The window is measured between positions of one sequence: N must equal M.
-    if q.shape[-2] != k.shape[-2]:
-        raise ValueError(
-            "q, k and v must have the same length N (dimension -2) for a sliding "
-            f"window, got q {tuple(q.shape)}, k {tuple(k.shape)} and v {tuple(v.shape)}"
-        )
-# --8<-- [end:validate]
-
-
 # --8<-- [start:mask]
+def in_window(i: torch.Tensor, j: torch.Tensor, window: int, causal: bool):
+    """Causal: i - w < j <= i; bidirectional: |i - j| < w. Positions broadcast."""
+    offset = i - j  # how far key j lies behind query i
+    return (offset >= 0) & (offset < window) if causal else offset.abs() < window
+# --8<-- [end:mask]
+
+
+# --8<-- [start:forward]
+def window_chunks(q, k, v, window: int, causal: bool, chunk: int) -> torch.Tensor:
+    """Softmax over each query's window, chunk by chunk: no N x N score matrix."""
+    n, outs = q.shape[-2], []
+    for start in range(0, n, chunk):
+        end = min(start + chunk, n)
+        lo, hi = max(0, start - window + 1), end if causal else min(n, end + window - 1)
+        # (B, H, c, d) @ (B, H, d, L) -> (B, H, c, L): only the keys [lo, hi) in reach
+        scores = (q[..., start:end, :] * q.shape[-1] ** -0.5) @ k[..., lo:hi, :].mT
+        i = torch.arange(start, end, device=q.device).unsqueeze(-1)  # (c, 1)
+        band = in_window(i, torch.arange(lo, hi, device=q.device), window, causal)
+        # -inf, never a large negative constant; offset 0 is always in the band,
+        # so no row is left empty.
+        weights = scores.masked_fill(~band, -math.inf).softmax(dim=-1)  # (B, H, c, L)
+        outs.append(weights @ v[..., lo:hi, :])  # (B, H, c, L) @ (B, H, L, d_v)
+    return torch.cat(outs, dim=-2)  # chunks of (B, H, c, d_v) -> (B, H, N, d_v)
+# --8<-- [end:forward]
+
+
+# --8<-- [start:face]
 def sliding_window_mask(
     n: int,
     window: int,
@@ -107,19 +79,11 @@ def sliding_window_mask(
     Returns:
         An ``(N, N)`` boolean tensor.
     """
-    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-        raise ValueError(f"n must be a non-negative int, got {n!r}")
-    _check_int_at_least_one("window", window)
-    i = torch.arange(n, device=device).unsqueeze(-1)  # (N, 1)
-    j = torch.arange(n, device=device)  # (N,)
-    offset = i - j  # (N, 1) - (N,) -> (N, N), how far key j lies behind query i
-    if causal:
-        return (offset >= 0) & (offset < window)  # (N, N)
-    return offset.abs() < window  # (N, N)
-# --8<-- [end:mask]
+    _check_band_sizes(n=(n, 0), window=(window, 1))
+    i = torch.arange(n, device=device)
+    return in_window(i.unsqueeze(-1), i, window, causal)  # (N, 1) - (N,) -> (N, N)
 
 
-# --8<-- [start:forward]
 def sliding_window_attention(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -142,45 +106,42 @@ def sliding_window_attention(
             capped at N. Larger chunks mean fewer, bigger matrix products.
 
     Returns:
-        ``(B, H, N, d_v)``, equal to dense attention under the banded mask.
+        ``(B, H, N, d_v)``, equal to dense attention under the banded mask,
+        in q's dtype (scores and softmax in float32 for half precision).
 
     Shape:
-        Any leading dimensions work; ``(B, H, N, d)`` is the common case.
+        Any leading dimensions, the same for q, k and v; ``(B, H, N, d)`` is the
+        common case.
     """
-    _check_band_qkv(q, k, v)
-    _check_int_at_least_one("window", window)
-    if chunk_size is not None:
-        _check_int_at_least_one("chunk_size", chunk_size)
-    n, d = q.shape[-2], q.shape[-1]
-    c = min(chunk_size if chunk_size is not None else max(window, 64), max(n, 1))
-    scale = 1.0 / math.sqrt(d)
-    # Scores and softmax in float32 for half-precision inputs (see the SDPA page).
-    acc = torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype
-
-    outs = []
-    for start in range(0, n, c):
-        end = min(start + c, n)
-        # The only keys this chunk's band can reach: [lo, hi).
-        lo = max(0, start - window + 1)
-        hi = end if causal else min(n, end + window - 1)
-        q_c = q[..., start:end, :].to(acc)  # (B, H, c, d)
-        k_c = k[..., lo:hi, :].to(acc)  # (B, H, c + w - 1, d) at most (causal)
-        v_c = v[..., lo:hi, :].to(acc)  # (B, H, c + w - 1, d_v) at most (causal)
-        scores = (q_c * scale) @ k_c.transpose(-2, -1)  # (B, H, c, d) @ (B, H, d, L) -> (B, H, c, L)
-
-        # The band in absolute positions, for this (c, L) tile only.
-        i = torch.arange(start, end, device=q.device).unsqueeze(-1)  # (c, 1)
-        j = torch.arange(lo, hi, device=q.device)  # (L,)
-        offset = i - j  # (c, L)
-        band = (offset >= 0) & (offset < window) if causal else offset.abs() < window
-        # -inf, never a large negative constant; every row keeps its own key
-        # (offset 0 is always in the band), so no row is left empty.
-        scores = scores.masked_fill(~band, float("-inf"))  # (B, H, c, L)
-
-        weights = torch.softmax(scores, dim=-1)  # normalise over the keys of each query
-        outs.append(weights @ v_c)  # (B, H, c, L) @ (B, H, L, d_v) -> (B, H, c, d_v)
-    if not outs:  # N == 0
+    _check_band(q, k, v, window, chunk_size)
+    n = q.shape[-2]
+    if n == 0:
         return v.new_empty((*q.shape[:-1], v.shape[-1]))
-    out = torch.cat(outs, dim=-2)  # chunks of (B, H, c, d_v) -> (B, H, N, d_v)
+    chunk = min(max(window, 64) if chunk_size is None else chunk_size, n)
+    acc = torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype
+    out = window_chunks(q.to(acc), k.to(acc), v.to(acc), window, causal, chunk)
     return out.to(q.dtype)
-# --8<-- [end:forward]
+# --8<-- [end:face]
+
+
+# --8<-- [start:checks]
+def _check_band_sizes(**sizes) -> None:
+    """Every size is an int >= its minimum: ``name=(value, minimum)``."""
+    for name, (value, low) in sizes.items():
+        if not isinstance(value, int) or value < low:
+            raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
+
+
+def _check_band(q, k, v, window, chunk_size) -> None:
+    """q, k (..., N, d), v (..., N, d_v), of q's floating dtype and device."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        ok = isinstance(t, torch.Tensor) and t.is_floating_point()
+        got = (t.dtype, t.device) if ok else getattr(t, "dtype", type(t).__name__)
+        if not ok or got != (q.dtype, q.device):
+            raise TypeError(f"{name} must be floating, q's dtype and device, got {got}")
+    if q.dim() < 2 or k.shape != q.shape or v.shape[:-1] != q.shape[:-1]:
+        got = f"q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
+        raise ValueError(f"q, k must be (..., N, d) alike, v (..., N, d_v); got {got}")
+    chunk = 1 if chunk_size is None else chunk_size  # None: the default chunk
+    _check_band_sizes(window=(window, 1), chunk_size=(chunk, 1))
+# --8<-- [end:checks]
