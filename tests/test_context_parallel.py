@@ -310,48 +310,51 @@ def test_shard_unshard_round_trip(layout):
 
 def test_validation_messages():
     x = torch.zeros(1, 2, 7, 4)
-    with pytest.raises(ValueError, match=r"the sequence length of x along dim must be a multiple of 4 for layout "
-                                         r"'zigzag' on world_size 2 \(pad it with pad_to_multiple first\), got 7"):
+    with pytest.raises(ValueError, match=r"the length of x along dim must be an int >= 0 and a multiple of 4 for "
+                                         r"layout 'zigzag' on world_size 2 \(pad_to_multiple pads\), got 7"):
         shard_sequence(x, 0, 2, "zigzag")
     with pytest.raises(ValueError, match=r"layout must be one of .* got 'spiral'"):
         ring_attention(x, x, x, layout="spiral")
-    with pytest.raises(ValueError, match=r"zigzag shard .* n must be even, got n = 7"):
+    with pytest.raises(ValueError, match=r"n must be an int >= 0 and a multiple of 2 \(a zigzag shard holds two "
+                                         r"equal chunks\), got 7"):
         allgather_kv_attention(x, x, x, layout="zigzag")
-    with pytest.raises(ValueError, match=r"key_mask must be a bool \(B, n\)"):
+    with pytest.raises(ValueError, match=r"key_mask must be None or a torch.bool \(B, n\) = \(1, 7\) tensor .* "
+                                         r"got torch.bool \(1, 6\) on cpu"):
         ring_attention(x, x, x, key_mask=torch.ones(1, 6, dtype=torch.bool))
-    with pytest.raises(ValueError, match=r"q, k and v must be self-attention shards"):
+    with pytest.raises(ValueError, match=r"k must be a floating \(1, H_kv, 7, 4\) tensor on q's device and dtype, "
+                                         r"got torch.float32 \(1, 2, 6, 4\)"):
         ulysses_attention(x, torch.zeros(1, 2, 6, 4), x)
-    with pytest.raises(ValueError, match=r"H a multiple of H_kv, got q \(1, 2, 7, 4\), k \(1, 3"):
+    with pytest.raises(ValueError, match=r"q's heads H = 2 must be a multiple of k's H_kv, got 3"):
         ring_attention(x, torch.zeros(1, 3, 7, 4), torch.zeros(1, 3, 7, 4))
-    with pytest.raises(ValueError, match=r"q must be a floating \(B, H, n, d\) shard"):
+    with pytest.raises(TypeError, match=r"q must be a floating \(B, H, n, d\) tensor .* got torch.float32 \(2, 7, 4\)"):
         ring_attention(x[0], x, x)
-    with pytest.raises(TypeError, match=r"k must be a torch.Tensor, got list"):
+    with pytest.raises(TypeError, match=r"k must be a floating .* got \[\]"):
         ring_attention(x, [], x)
-    with pytest.raises(ValueError, match=r"multiple must be a positive int, got 0"):
+    with pytest.raises(ValueError, match=r"multiple must be an int >= 1, got 0"):
         pad_to_multiple(x, 0)
-    with pytest.raises(ValueError, match=r"world_size must be a positive int, got 0"):
+    with pytest.raises(ValueError, match=r"world_size must be an int >= 1, got 0"):
         simulate_ring_attention(x, x, x, 0)
 
 
 def test_more_validation_messages():
     x = torch.zeros(1, 2, 8, 4)
     mask = torch.ones(1, 8, dtype=torch.bool)
-    with pytest.raises(TypeError, match=r"q, k and v must share one dtype, got torch.float32, torch.float64 and torch.float32"):
+    with pytest.raises(ValueError, match=r"k must be .* on q's device and dtype, got torch.float64"):
         ring_attention(x, x.double(), x)
-    with pytest.raises(ValueError, match=r"q, k and v must be on one device, got cpu, cpu and meta"):
+    with pytest.raises(ValueError, match=r"v must be .* on q's device and dtype, got .* on meta"):
         allgather_kv_attention(x, x, x.to("meta"))
-    with pytest.raises(TypeError, match=r"key_mask must be a torch.Tensor or None, got list"):
+    with pytest.raises(ValueError, match=r"key_mask must be None or a torch.bool .* got \[True"):
         ulysses_attention(x, x, x, key_mask=[True] * 8)
-    with pytest.raises(ValueError, match=r"key_mask must be on the device of q cpu, got meta"):
+    with pytest.raises(ValueError, match=r"key_mask must be .* on cpu, True = real key, got torch.bool \(1, 8\) on meta"):
         ring_attention(x, x, x, key_mask=mask.to("meta"))
-    with pytest.raises(ValueError, match=r"scale must be a positive finite float or None, got 0.0"):
+    with pytest.raises(ValueError, match=r"scale must be None or a finite float > 0, got 0.0"):
         ulysses_attention(x, x, x, scale=0.0)
-    with pytest.raises(ValueError, match=r"the sequence length of q, k and v must be a multiple of 6 for layout "
-                                         r"'zigzag' on world_size 3"):
+    with pytest.raises(ValueError, match=r"the length n of q, k and v must be an int >= 0 and a multiple of 6 for "
+                                         r"layout 'zigzag' on world_size 3"):
         simulate_ring_attention(x, x, x, 3, layout="zigzag")
     with pytest.raises(ValueError, match=r"rank must be an int in \[0, world_size=2\), got 2"):
         shard_sequence(x, 2, 2)
-    with pytest.raises(ValueError, match=r"world_size must be a positive int, got 2.5"):
+    with pytest.raises(ValueError, match=r"world_size must be an int >= 1, got 2.5"):
         shard_positions(4, 0, 2.5)
     with pytest.raises(ValueError, match=r"n_local must be an int >= 0 and a multiple of 2 for layout 'zigzag', got 3"):
         shard_positions(3, 0, 2, "zigzag")
@@ -362,25 +365,26 @@ def test_more_validation_messages():
     with pytest.raises(ValueError, match=r"shards must be a non-empty list of tensors of one shape, one per rank, "
                                          r"got \[\(1, 2, 8, 4\), \(1, 2, 7, 4\)\]"):
         unshard_sequence([x, x[:, :, :7]])
-    with pytest.raises(ValueError, match=r"shards must have an even length along dim, got 7"):
+    with pytest.raises(ValueError, match=r"the shards' length along dim must be an int >= 0 and a multiple of 2 "
+                                         r"\(a zigzag shard holds two equal chunks\), got 7"):
         unshard_sequence([x[:, :, :7]], "zigzag")
-    with pytest.raises(ValueError, match=r"n must be a positive int, got 0"):
+    with pytest.raises(ValueError, match=r"n must be an int >= 1 and a multiple of 4 .* got 0"):
         causal_work_per_rank(0, 2, "zigzag")
-    with pytest.raises(ValueError, match=r"the sequence length of n must be a multiple of 4 for layout 'zigzag' on "
-                                         r"world_size 2 \(pad it with pad_to_multiple first\), got 6"):
+    with pytest.raises(ValueError, match=r"n must be an int >= 1 and a multiple of 4 for layout 'zigzag' on "
+                                         r"world_size 2 \(pad_to_multiple pads\), got 6"):
         causal_work_per_rank(6, 2, "zigzag")
     m, l, o, scores, v = torch.zeros(1, 3, 1), torch.ones(1, 3, 1), torch.zeros(1, 3, 4), torch.zeros(1, 3, 5), torch.zeros(1, 5, 4)
     merge_block(m, l, o, scores, v)  # fits
-    with pytest.raises(TypeError, match=r"scores must be a torch.Tensor, got list"):
+    with pytest.raises(TypeError, match=r"scores must be a floating \(n, b\) tensor .* got \[0.0\]"):
         merge_block(m, l, o, [0.0], v)
-    with pytest.raises(ValueError, match=r"l must be a floating tensor of at least 2 dimensions, got dtype torch.int64"):
+    with pytest.raises(TypeError, match=r"l must be a floating \(1, 3, 1\) tensor .* got torch.int64"):
         merge_block(m, l.long(), o, scores, v)
-    with pytest.raises(TypeError, match=r"m, l, o, scores and v must share one dtype"):
+    with pytest.raises(ValueError, match=r"v must be .* on scores's device and dtype, got torch.float64"):
         merge_block(m, l, o, scores, v.double())
-    with pytest.raises(ValueError, match=r"m, l, o, scores and v must be on one device"):
+    with pytest.raises(ValueError, match=r"o must be .* on scores's device and dtype, got .* on meta"):
         merge_block(m, l, o.to("meta"), scores, v)
-    with pytest.raises(ValueError, match=r"v must have shape \(1, 5, 4\) to fit scores \(1, 3, 5\) and o \(1, 3, 4\), "
-                                         r"got \(1, 6, 4\)"):
+    with pytest.raises(ValueError, match=r"v must be a floating \(1, 5, 4\) tensor on scores's device and dtype, "
+                                         r"got torch.float32 \(1, 6, 4\) on cpu"):
         merge_block(m, l, o, scores, torch.zeros(1, 6, 4))
 
 

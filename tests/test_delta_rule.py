@@ -114,38 +114,38 @@ def test_bad_input_is_named():
     q, k, v, beta, g = _inputs(n=4)
     with pytest.raises(ValueError, match="g holds log-decays"):
         delta_rule_parallel(q, k, v, beta, -g)
-    with pytest.raises(ValueError, match="beta must have shape"):
+    with pytest.raises(ValueError, match=r"beta must be a floating \(2, 3, 4\) tensor"):
         delta_rule_parallel(q, k, v, beta[..., :2], g)
-    with pytest.raises(ValueError, match="g must have shape"):
+    with pytest.raises(ValueError, match=r"g must be a floating \(2, 3, 4\) tensor"):
         delta_rule_chunked(q, k, v, beta, g[..., :2])
-    with pytest.raises(ValueError, match="q and k must have one shape"):
+    with pytest.raises(ValueError, match=r"k must be a floating \(2, 3, 4, 5\) tensor on q's"):
         delta_rule_parallel(q, k[..., :2], v, beta, g)
-    with pytest.raises(ValueError, match="v must be"):
+    with pytest.raises(ValueError, match=r"v must be a floating \(2, 3, 4, d_v\) tensor"):
         delta_rule_parallel(q, k, v[..., :2, :], beta, g)
-    with pytest.raises(TypeError, match="must share one dtype"):
+    with pytest.raises(ValueError, match="beta must be .* q's device and dtype, got torch.float32"):
         delta_rule_parallel(q, k, v, beta.float(), g)
-    with pytest.raises(TypeError, match="beta must be a floating torch.Tensor, got float"):
+    with pytest.raises(TypeError, match="beta must be a floating .* tensor .* got 0.5"):
         delta_rule_parallel(q, k, v, 0.5, g)
-    with pytest.raises(TypeError, match="floating"):
+    with pytest.raises(TypeError, match="v must be a floating .* got torch.int64"):
         delta_rule_parallel(q, k, v.long(), beta, g)
-    with pytest.raises(ValueError, match="chunk_size must be a positive int, got 0"):
+    with pytest.raises(ValueError, match="chunk_size must be an int >= 1, got 0"):
         delta_rule_chunked(q, k, v, beta, g, chunk_size=0)
-    with pytest.raises(ValueError, match="state must be a floating"):
+    with pytest.raises(TypeError, match=r"state must be a floating \(2, 3, 5, 4\) tensor"):
         delta_rule_step(q[..., 0, :], k[..., 0, :], v[..., 0, :], beta[..., 0], None,
                         torch.zeros(2, dtype=q.dtype))
 
 
 def test_devices_scale_and_one_token_inputs_are_named():
     q, k, v, beta, g = _inputs(n=4)
-    with pytest.raises(ValueError, match=r"must be on one device, got .*beta meta"):
+    with pytest.raises(ValueError, match=r"beta must be .* on q's device and dtype, got .* on meta"):
         delta_rule_parallel(q.cpu(), k.cpu(), v.cpu(), beta.to("meta"), g.cpu())
-    with pytest.raises(ValueError, match=r"scale must be a positive finite float or None, got nan"):
+    with pytest.raises(ValueError, match=r"scale must be None or a finite float > 0, got nan"):
         delta_rule_chunked(q, k, v, beta, g, scale=float("nan"))
     step = [q[..., 0, :], k[..., 0, :], v[..., 0, :], beta[..., 0]]
-    with pytest.raises(ValueError, match=r"beta must have shape \(2, 3\)"):
+    with pytest.raises(TypeError, match=r"beta must be a floating \(2, 3\) tensor"):
         delta_rule_step(*step[:3], beta[0, 0, 0])
     state = torch.zeros(*step[1].shape, step[2].shape[-1], dtype=q.dtype)
-    with pytest.raises(ValueError, match=r"state must be a floating .* got torch.bool"):
+    with pytest.raises(TypeError, match=r"state must be a floating .* got torch.bool"):
         delta_rule_step(*step, g[..., 0], state.bool())
-    with pytest.raises(ValueError, match=r"state must be a floating .* on meta"):
+    with pytest.raises(ValueError, match=r"state must be a floating .* on q's device, got .* on meta"):
         delta_rule_step(*(t.cpu() for t in step), None, state.to("meta"))

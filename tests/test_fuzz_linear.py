@@ -212,14 +212,14 @@ def _hybrid_config():
 def _(s):
     return [Call(hybrid_mod.HybridConfig, {"name": "toy", "layer_types": ("linear", "full"), "kv_per_token": 8,
                                            "state_per_layer": 16, "conv_per_layer": 2},
-                 {"name": Bad(3, None), "layer_types": Bad((), ("full", "moe"), "full", None, 3),
+                 {"layer_types": Bad((), ("full", "moe"), "full", None, 3),
                   "kv_per_token": NONNEG_INT, "state_per_layer": NONNEG_INT, "conv_per_layer": NONNEG_INT})]
 
 
 @fuzz("linear.hybrids.cache_bytes")
 def _(s):
     return [Call(hybrid_mod.cache_bytes, {"config": _hybrid_config(), "context": 1024, "batch": 2},
-                 {"config": Bad(3, None, "config"), "context": NONNEG_INT, "batch": POS_INT,
+                 {"config": Bad(3, None, "config"), "context": NONNEG_INT, "batch": NONNEG_INT,
                   "kv_bytes": Bad(-2, "2", None, float("nan"), float("inf"), True),
                   "state_bytes": Bad(-0.5, "4", None, True)})]
 

@@ -133,41 +133,41 @@ def test_bad_input_is_named():
     q, k, v, g = _inputs(n=4)
     with pytest.raises(ValueError, match="g holds log-decays"):
         gla_parallel(q, k, v, -g)
-    with pytest.raises(ValueError, match="q, k and g must have one shape"):
+    with pytest.raises(ValueError, match=r"k must be a floating \(2, 3, 4, 5\) tensor on q's"):
         gla_parallel(q, k[..., :3], v, g)
-    with pytest.raises(ValueError, match="v must be"):
+    with pytest.raises(ValueError, match=r"v must be a floating \(2, 3, 4, d_v\) tensor"):
         gla_chunked(q, k, v[..., :2, :], g)
-    with pytest.raises(TypeError, match="must share one dtype"):
+    with pytest.raises(ValueError, match="k must be .* q's device and dtype, got torch.float64"):
         gla_parallel(q.float(), k, v, g)
-    with pytest.raises(TypeError, match="q must be a floating torch.Tensor, got list"):
+    with pytest.raises(TypeError, match=r"q must be a floating .* tensor .* got \[1.0\]"):
         gla_parallel([1.0], k, v, g)
-    with pytest.raises(TypeError, match="floating"):
+    with pytest.raises(TypeError, match="q must be a floating .* got torch.int64"):
         gla_parallel(q.long(), k, v, g)
-    with pytest.raises(ValueError, match="q, k and g must have one shape"):
+    with pytest.raises(TypeError, match=r"q must be a floating \(B, H, N, d_k\) tensor"):
         gla_parallel(q[0, 0, 0], k, v, g)
-    with pytest.raises(ValueError, match="chunk_size must be a positive int, got 0"):
+    with pytest.raises(ValueError, match="chunk_size and sub_chunk_size must be ints >= 1.* got 0"):
         gla_chunked(q, k, v, g, chunk_size=0)
-    with pytest.raises(ValueError, match="sub_chunk_size must be a positive int that divides"):
+    with pytest.raises(ValueError, match="the second dividing the first, got 8 and 3"):
         gla_chunked(q, k, v, g, chunk_size=8, sub_chunk_size=3)
-    with pytest.raises(ValueError, match="state must be a floating"):
+    with pytest.raises(TypeError, match=r"state must be a floating \(2, 3, 5, 4\) tensor"):
         gla_step(q[..., 0, :], k[..., 0, :], v[..., 0, :], g[..., 0, :], torch.zeros(1, dtype=q.dtype))
 
 
 def test_devices_scale_and_one_token_inputs_are_named():
     q, k, v, g = _inputs(n=4)
-    with pytest.raises(ValueError, match=r"must be on one device, got .*g meta"):
+    with pytest.raises(ValueError, match=r"g must be .* on q's device and dtype, got .* on meta"):
         gla_parallel(q.cpu(), k.cpu(), v.cpu(), g.to("meta"))
-    with pytest.raises(ValueError, match=r"scale must be a positive finite float or None, got -1.0"):
+    with pytest.raises(ValueError, match=r"scale must be None or a finite float > 0, got -1.0"):
         gla_recurrent(q, k, v, g, scale=-1.0)
     step = [t[..., 0, :] for t in (q, k, v, g)]
-    with pytest.raises(TypeError, match=r"k must be a floating torch.Tensor, got list"):
+    with pytest.raises(TypeError, match=r"k must be a floating .* got \[1.0\]"):
         gla_step(step[0], [1.0], step[2], step[3])
-    with pytest.raises(ValueError, match=r"q, k and g must have one shape"):
+    with pytest.raises(TypeError, match=r"g must be a floating \(2, 3, 5\) tensor"):
         gla_step(*step[:3], g[0, 0, 0, 0])
     state = torch.zeros(*step[1].shape, step[2].shape[-1], dtype=q.dtype)
-    with pytest.raises(ValueError, match=r"state must be a floating .* got torch.int64"):
+    with pytest.raises(TypeError, match=r"state must be a floating .* got torch.int64"):
         gla_step(*step, state.long())
-    with pytest.raises(ValueError, match=r"state must be a floating .* got list"):
+    with pytest.raises(TypeError, match=r"state must be a floating .* got \[0.0\]"):
         gla_step(*step, [0.0])
-    with pytest.raises(ValueError, match=r"state must be a floating .* on meta"):
+    with pytest.raises(ValueError, match=r"state must be a floating .* q's device, got .* on meta"):
         gla_step(*(t.cpu() for t in step), state.to("meta"))

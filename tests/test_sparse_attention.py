@@ -235,73 +235,73 @@ def test_nsa_cost_counts_overlapping_compression_blocks(context):
 
 def test_bad_input_is_named():
     q, k, v = _qkv(n=8)
-    with pytest.raises(ValueError, match="topk must be a positive int, got 0"):
+    with pytest.raises(ValueError, match="topk must be an int >= 1, got 0"):
         topk_mask(torch.zeros(1, 8, 8), 0)
-    with pytest.raises(ValueError, match="index_scores must have shape"):
+    with pytest.raises(ValueError, match=r"index_scores must be a floating \(2, 8, 8\) tensor"):
         topk_sparse_attention(q, k, v, torch.zeros(2, 8, 7), 2)
-    with pytest.raises(ValueError, match="q, k, v must be"):
+    with pytest.raises(ValueError, match=r"k must be a floating \(2, 3, M, 8\) tensor on q's"):
         nsa_attention(q, k[..., :4], v, torch.zeros(2, 3, 8, 3))
-    with pytest.raises(ValueError, match="gates must have shape"):
+    with pytest.raises(ValueError, match=r"gates must be a floating \(2, 3, 8, 3\) tensor"):
         nsa_attention(q, k, v, torch.zeros(2, 3, 8, 2))
-    with pytest.raises(ValueError, match="block must be a positive int"):
+    with pytest.raises(ValueError, match="block must be an int >= 1"):
         compressed_attention(q, k, v, 0)
-    with pytest.raises(ValueError, match="window must be a positive int"):
+    with pytest.raises(ValueError, match="window must be an int >= 1"):
         window_keys(8, 8, -1)
-    with pytest.raises(ValueError, match="n_select must be a positive int"):
+    with pytest.raises(ValueError, match="n_select must be an int >= 1"):
         selection_mask(torch.zeros(2, 3, 8, 2), 8, 8, 4, 0)
-    with pytest.raises(ValueError, match="expected q_idx"):
+    with pytest.raises(TypeError, match=r"q_idx must be a floating \(B, N, H_I, d_I\) tensor"):
         lightning_indexer(torch.zeros(1, 2, 3), torch.zeros(1, 2, 3), torch.zeros(1, 2))
-    with pytest.raises(TypeError, match="v must be a torch.Tensor"):
+    with pytest.raises(TypeError, match="v must be a floating .* got v"):
         topk_sparse_attention(q, k, "v", torch.zeros(2, 8, 8), 2)
-    with pytest.raises(ValueError, match="q must have shape"):
+    with pytest.raises(TypeError, match=r"q must be a floating \(B, H, N, d\) tensor"):
         topk_sparse_attention(q[0], k, v, torch.zeros(2, 8, 8), 2)
-    with pytest.raises(TypeError, match="floating dtype"):
+    with pytest.raises(TypeError, match="q must be a floating .* got torch.int64"):
         compressed_attention(q.long(), k, v, 2)
-    with pytest.raises(ValueError, match="context must be a positive int"):
+    with pytest.raises(ValueError, match="context must be an int >= 1"):
         dense_decode_cost(0, **CONF)
 
 
 def test_dtypes_devices_masks_and_counts_are_named():
     q, k, v = (t.cpu() for t in _qkv(n=8))
-    with pytest.raises(TypeError, match=r"q, k and v must share one dtype, got torch.float64, torch.float32 and torch.float64"):
+    with pytest.raises(ValueError, match=r"k must be .* on q's device and dtype, got torch.float32"):
         compressed_attention(q, k.float(), v, 2)
-    with pytest.raises(ValueError, match=r"q, k and v must be on one device, got cpu, cpu and meta"):
+    with pytest.raises(ValueError, match=r"v must be .* on q's device and dtype, got .* on meta"):
         compressed_attention(q, k, v.to("meta"), 2)
-    with pytest.raises(TypeError, match=r"mask must be a torch.bool tensor \(True = may attend\), got torch.float64"):
+    with pytest.raises(ValueError, match=r"mask must be a torch.bool tensor \(True = may attend\) .* got torch.float64"):
         attend_masked(q, k, v, torch.ones(8, 8, dtype=q.dtype))
-    with pytest.raises(ValueError, match=r"mask must broadcast to \(B, H, N, M\) = \(2, 3, 8, 8\), got shape \(8,\)"):
+    with pytest.raises(ValueError, match=r"broadcasts to \(2, 3, 8, 8\), got torch.bool \(8,\) on cpu"):
         attend_masked(q, k, v, torch.ones(8, dtype=torch.bool))
-    with pytest.raises(ValueError, match=r"mask must be on the device of q cpu, got meta"):
+    with pytest.raises(ValueError, match=r"mask must be .* on cpu .* got torch.bool \(8, 8\) on meta"):
         attend_masked(q, k, v, torch.ones(8, 8, dtype=torch.bool, device="meta"))
     with pytest.raises(ValueError, match=r"n must be an int >= 0, got -1"):
         causal_keys(-1, 4)
     with pytest.raises(ValueError, match=r"m must be an int >= 0, got 2.5"):
         window_keys(2, 2.5, 2)
-    with pytest.raises(TypeError, match=r"k_idx must be a torch.Tensor, got NoneType"):
+    with pytest.raises(TypeError, match=r"k_idx must be a floating .* got None"):
         lightning_indexer(torch.zeros(1, 2, 3, 4), None, torch.zeros(1, 2, 3))
-    with pytest.raises(ValueError, match=r"expected q_idx \(B, N, H_I, d_I\), k_idx \(B, M, d_I\), w \(B, N, H_I\); "
-                                         r"got \(1, 2, 3, 4\), \(2, 5, 4\), \(1, 2, 3\)"):
+    with pytest.raises(ValueError, match=r"k_idx must be a floating \(1, M, 4\) tensor on q_idx's device "
+                                         r"and dtype, got torch.float32 \(2, 5, 4\) on cpu"):
         lightning_indexer(torch.zeros(1, 2, 3, 4), torch.zeros(2, 5, 4), torch.zeros(1, 2, 3))
-    with pytest.raises(TypeError, match=r"q_idx, k_idx and w must share one dtype, got torch.float32, torch.float32 and torch.float64"):
+    with pytest.raises(ValueError, match=r"w must be .* on q_idx's device and dtype, got torch.float64"):
         lightning_indexer(torch.zeros(1, 2, 3, 4), torch.zeros(1, 5, 4), torch.zeros(1, 2, 3, dtype=torch.float64))
-    with pytest.raises(ValueError, match=r"q_idx, k_idx and w must be on one device, got cpu, meta and cpu"):
+    with pytest.raises(ValueError, match=r"k_idx must be .* on q_idx's device and dtype, got .* on meta"):
         lightning_indexer(torch.zeros(1, 2, 3, 4), torch.zeros(1, 5, 4, device="meta"), torch.zeros(1, 2, 3))
-    with pytest.raises(TypeError, match=r"index_scores must have a floating dtype, got torch.int64"):
+    with pytest.raises(TypeError, match=r"index_scores must be a floating .* got torch.int64"):
         topk_mask(torch.zeros(1, 8, 8, dtype=torch.long), 2)
-    with pytest.raises(ValueError, match=r"index_scores must have shape at least 2 dimensions, got \(8,\)"):
+    with pytest.raises(TypeError, match=r"index_scores must be a floating \(B, N, M\) tensor .* got torch.float32 \(8,\)"):
         topk_mask(torch.zeros(8), 2)
-    with pytest.raises(ValueError, match=r"index_scores must be on the device of q cpu, got meta"):
+    with pytest.raises(ValueError, match=r"index_scores must be .* on q's device, got .* on meta"):
         topk_sparse_attention(q, k, v, torch.zeros(2, 8, 8, device="meta"), 2)
-    with pytest.raises(ValueError, match=r"gates must be on the device of q cpu, got meta"):
+    with pytest.raises(ValueError, match=r"gates must be .* on q's device, got .* on meta"):
         nsa_attention(q, k, v, torch.zeros(2, 3, 8, 3, device="meta"))
     with pytest.raises(ValueError, match=r"n must be an int >= 0, got 2.5"):
         selection_mask(torch.zeros(2, 3, 1, 2), 2.5, 8, 4, 1)
     with pytest.raises(ValueError, match=r"block_weights must have shape \(B, H, n, m // block\) = \(B, H, 8, 2\), "
                                          r"got \(2, 3, 8, 3\)"):
         selection_mask(torch.zeros(2, 3, 8, 3), 8, 8, 4, 1)
-    with pytest.raises(TypeError, match=r"block_weights must have a floating dtype, got torch.int64"):
+    with pytest.raises(TypeError, match=r"block_weights must be a floating .* got torch.int64"):
         selection_mask(torch.zeros(2, 3, 8, 2, dtype=torch.long), 8, 8, 4, 1)
-    with pytest.raises(ValueError, match=r"index_dim must be a positive int, got 0"):
+    with pytest.raises(ValueError, match=r"index_dim must be an int >= 1, got 0"):
         dsa_decode_cost(4096, **CONF, index_dim=0)
-    with pytest.raises(ValueError, match=r"n_heads must be a positive int, got '8'"):
+    with pytest.raises(ValueError, match=r"n_heads must be an int >= 1, got '8'"):
         nsa_decode_cost(4096, **{**CONF, "n_heads": "8"})

@@ -93,16 +93,9 @@ def shard_positions(
     n_local: int, rank: int, world_size: int, layout: str = "contiguous"
 ) -> torch.Tensor:
     """Global positions of the ``n_local`` tokens ``rank`` holds, ``(n_local,)``."""
-    _check_layout(layout)
-    _check_rank(rank, world_size)
-    per_rank = 1 if layout == "contiguous" else 2
-    if not (isinstance(n_local, int) and n_local >= 0) or n_local % per_rank:
-        raise ValueError(
-            f"n_local must be an int >= 0 and a multiple of {per_rank} for layout "
-            f"{layout!r}, "
-            f"got {n_local!r}"
-        )
-    chunks = _chunks_of(rank, world_size, layout)
+    _check_layout(layout, rank, world_size)
+    chunks = _chunks_of(rank, world_size, layout)  # zigzag: two per rank
+    _check_count("n_local", n_local, 0, len(chunks), f" for layout {layout!r}")
     size = n_local // len(chunks)
     return torch.cat([torch.arange(c * size, (c + 1) * size) for c in chunks])
 
@@ -115,11 +108,10 @@ def shard_sequence(
     dim: int = -2,
 ) -> torch.Tensor:
     """The part of a whole sequence ``x`` that ``rank`` holds under ``layout``."""
-    _check_layout(layout)
-    _check_rank(rank, world_size)
+    _check_layout(layout, rank, world_size)
     _check_dim(x, dim)
     n_chunks = world_size * (1 if layout == "contiguous" else 2)
-    _check_divisible(x.shape[dim], n_chunks, layout, world_size)
+    _check_chunks("the length of x along dim", x.shape[dim], layout, world_size)
     pieces = x.chunk(n_chunks, dim=dim)
     return torch.cat([pieces[c] for c in _chunks_of(rank, world_size, layout)], dim=dim)
 
@@ -128,7 +120,6 @@ def unshard_sequence(
     shards: list[torch.Tensor], layout: str = "contiguous", dim: int = -2
 ) -> torch.Tensor:
     """Inverse of ``shard_sequence``: the shards of ranks 0..P-1 back in order."""
-    _check_layout(layout)
     _check_shard_list(shards, layout, dim)
     world_size = len(shards)
     if layout == "contiguous":
@@ -149,8 +140,7 @@ def pad_to_multiple(
     True on real positions, to be used as (part of) ``key_mask``.
     """
     _check_dim(x, dim)
-    if not (isinstance(multiple, int) and multiple >= 1):
-        raise ValueError(f"multiple must be a positive int, got {multiple!r}")
+    _check_count("multiple", multiple, 1)
     length = x.shape[dim]
     extra = -length % multiple
     shape = list(x.shape)
@@ -162,107 +152,74 @@ def pad_to_multiple(
 
 
 # --8<-- [start:checks]
-def _check_layout(layout: str) -> None:
+def _check_cp_tensor(name, t, shape, like=None, dtype=True) -> None:
+    """A floating tensor of shape (a str: any size); like = (name, tensor) to match."""
+    peer, ref = like or (name, t)
+    ok = torch.is_tensor(t) and t.is_floating_point() and t.dim() == len(shape)
+    if not ok or any(w != s for w, s in zip(shape, t.shape) if isinstance(w, int)) or (
+            t.device != ref.device or dtype and t.dtype != ref.dtype):
+        got = f"{t.dtype} {tuple(t.shape)} on {t.device}" if torch.is_tensor(t) else t
+        raise (ValueError if ok else TypeError)(
+            f"{name} must be a floating ({', '.join(map(str, shape))}) tensor on "
+            f"{peer}'s device{' and dtype' if dtype else ''}, got {got}")
+
+
+def _check_count(name: str, value: object, low=0, multiple=1, why="") -> None:
+    """An int >= low that ``multiple`` divides."""
+    if not (isinstance(value, int) and value >= low) or value % multiple:
+        each = f" and a multiple of {multiple}{why}" if multiple > 1 else ""
+        raise ValueError(f"{name} must be an int >= {low}{each}, got {value!r}")
+
+
+def _check_chunks(name: str, length: object, layout: str, world_size, low=0) -> None:
+    """A length that the layout's chunks divide: P (contiguous) or 2P (zigzag)."""
+    why = f" for layout {layout!r} on world_size {world_size} (pad_to_multiple pads)"
+    chunks = world_size * (1 if layout == "contiguous" else 2)
+    _check_count(name, length, low, chunks, why)
+
+
+def _check_layout(layout: str, rank: object = 0, world_size: object = 1) -> None:
     if layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
-
-
-def _check_divisible(
-    length: int, n_chunks: int, layout: str, world_size: int, what: str = "x along dim"
-) -> None:
-    if length % n_chunks:
-        raise ValueError(
-            f"the sequence length of {what} must be a multiple of {n_chunks} for "
-            "layout "
-            f"{layout!r} on world_size {world_size} (pad it with pad_to_multiple "
-            f"first), got {length}"
-        )
-
-
-def _check_rank(rank: object, world_size: object) -> None:
-    if not (isinstance(world_size, int) and world_size >= 1):
-        raise ValueError(f"world_size must be a positive int, got {world_size!r}")
+    _check_count("world_size", world_size, 1)
     if not (isinstance(rank, int) and 0 <= rank < world_size):
-        raise ValueError(
-            f"rank must be an int in [0, world_size={world_size}), got {rank!r}"
-        )
+        raise ValueError(f"rank must be an int in [0, world_size={world_size}), "
+                         f"got {rank!r}")
 
 
 def _check_dim(x: object, dim: object) -> None:
     """Raise unless ``x`` is a tensor and ``dim`` one of its dimensions."""
-    if not isinstance(x, torch.Tensor):
+    if not torch.is_tensor(x):
         raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
     if not (isinstance(dim, int) and -x.dim() <= dim < x.dim()):
-        raise ValueError(
-            f"dim must be an int in [-{x.dim()}, {x.dim()}) for x of shape "
-            f"{tuple(x.shape)}, got {dim!r}"
-        )
+        raise ValueError(f"dim must be an int in [-{x.dim()}, {x.dim()}) for x of "
+                         f"shape {tuple(x.shape)}, got {dim!r}")
 
 
 def _check_shard_list(shards: object, layout: str, dim: object) -> None:
     """``shards`` must be P tensors of one shape that ``unshard_sequence`` can join."""
-    if (
-        not isinstance(shards, (list, tuple))
-        or not shards
-        or not all(isinstance(t, torch.Tensor) for t in shards)
-        or len({tuple(t.shape) for t in shards}) != 1
-    ):
-        got = (
-            [
-                tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
-                for t in shards
-            ]
-            if isinstance(shards, (list, tuple))
-            else type(shards).__name__
-        )
-        raise ValueError(
-            "shards must be a non-empty list of tensors of one shape, one per rank, "
-            f"got {got}"
-        )
+    _check_layout(layout)
+    if not (isinstance(shards, (list, tuple)) and shards and all(
+            torch.is_tensor(t) and t.shape == shards[0].shape for t in shards)):
+        got = shards if not isinstance(shards, (list, tuple)) else [
+            tuple(t.shape) if torch.is_tensor(t) else t for t in shards]
+        raise ValueError(f"shards must be a non-empty list of tensors of one shape, "
+                         f"one per rank, got {got}")
     _check_dim(shards[0], dim)
-    if layout == "zigzag" and shards[0].shape[dim] % 2:
-        raise ValueError(
-            "a zigzag shard holds two equal chunks, so shards must have an even "
-            "length along dim, "
-            f"got {shards[0].shape[dim]}"
-        )
+    per_rank = 1 if layout == "contiguous" else 2
+    _check_count("the shards' length along dim", shards[0].shape[dim], 0, per_rank,
+                 " (a zigzag shard holds two equal chunks)")
 
 
 def _check_merge(m, l, o, scores, v) -> None:
     """The running (m, l, o), a block of scores and its values must fit together."""
-    named = (("m", m), ("l", l), ("o", o), ("scores", scores), ("v", v))
-    for name, t in named:
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-        if not t.is_floating_point() or t.dim() < 2:
-            raise ValueError(
-                f"{name} must be a floating tensor of at least 2 dimensions, "
-                f"got dtype {t.dtype} and shape {tuple(t.shape)}"
-            )
-    if len({t.dtype for _, t in named}) != 1:
-        raise TypeError(
-            "m, l, o, scores and v must share one dtype, got "
-            f"{[str(t.dtype) for _, t in named]}"
-        )
-    if len({t.device for _, t in named}) != 1:
-        raise ValueError(
-            "m, l, o, scores and v must be on one device, got "
-            f"{[str(t.device) for _, t in named]}"
-        )
-    *lead, n, b = scores.shape
-    d = o.shape[-1]
-    for name, t, want in (
-        ("m", m, (*lead, n, 1)),
-        ("l", l, (*lead, n, 1)),
-        ("o", o, (*lead, n, d)),
-        ("v", v, (*lead, b, d)),
-    ):
-        if tuple(t.shape) != want:
-            raise ValueError(
-                f"{name} must have shape {want} to fit scores {tuple(scores.shape)} "
-                "and o "
-                f"{tuple(o.shape)}, got {tuple(t.shape)}"
-            )
+    lead = scores.shape[:-2] if torch.is_tensor(scores) else ()
+    _check_cp_tensor("scores", scores, (*lead, "n", "b"))
+    like, n = ("scores", scores), scores.shape[:-1]
+    _check_cp_tensor("m", m, (*n, 1), like)
+    _check_cp_tensor("l", l, (*n, 1), like)
+    _check_cp_tensor("o", o, (*n, "d"), like)
+    _check_cp_tensor("v", v, (*lead, scores.shape[-1], o.shape[-1]), like)
 
 
 def _world(group) -> tuple[int, int]:
@@ -272,68 +229,26 @@ def _world(group) -> tuple[int, int]:
     return dist.get_rank(group), dist.get_world_size(group)
 
 
-def _check_shards(
-    q, k, v, key_mask, layout, world_size, is_causal=False, scale=None
-) -> None:
+def _check_shards(q, k, v, key_mask, layout, scale=None) -> None:
+    """Self-attention shards q (B, H, n, d), k (B, H_kv, n, d), v (B, H_kv, n, d_v)."""
     _check_layout(layout)
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-        if not t.is_floating_point() or t.dim() != 4:
-            raise ValueError(
-                f"{name} must be a floating (B, H, n, d) shard, got dtype {t.dtype} "
-                f"and shape {tuple(t.shape)}"
-            )
-    h, h_kv = q.shape[1], k.shape[1]
-    if (
-        (q.shape[0], q.shape[2]) != (k.shape[0], k.shape[2])
-        or k.shape[:3] != v.shape[:3]
-        or q.shape[-1] != k.shape[-1]
-        or h % h_kv
-    ):
-        raise ValueError(
-            "q, k and v must be self-attention shards (B, H, n, d), (B, H_kv, n, d) "
-            "and "
-            "(B, H_kv, n, d_v) with H a multiple of H_kv, got "
-            f"q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
-        )
-    if k.dtype != q.dtype or v.dtype != q.dtype:
-        raise TypeError(
-            f"q, k and v must share one dtype, got {q.dtype}, {k.dtype} and {v.dtype}"
-        )
-    if k.device != q.device or v.device != q.device:
-        raise ValueError(
-            f"q, k and v must be on one device, got {q.device}, {k.device} and "
-            f"{v.device}"
-        )
-    if layout == "zigzag" and q.shape[2] % 2:
-        raise ValueError(
-            "a zigzag shard holds two equal chunks, so n must be even, got n = "
-            f"{q.shape[2]}"
-        )
-    if key_mask is not None:
-        if not isinstance(key_mask, torch.Tensor):
-            raise TypeError(
-                "key_mask must be a torch.Tensor or None, got "
-                f"{type(key_mask).__name__}"
-            )
-        if key_mask.dtype != torch.bool or tuple(key_mask.shape) != (
-            q.shape[0],
-            q.shape[2],
-        ):
-            raise ValueError(
-                f"key_mask must be a bool (B, n) = {(q.shape[0], q.shape[2])} shard, "
-                "got "
-                f"dtype {key_mask.dtype} and shape {tuple(key_mask.shape)}"
-            )
-        if key_mask.device != q.device:
-            raise ValueError(
-                f"key_mask must be on the device of q {q.device}, got {key_mask.device}"
-            )
+    _check_cp_tensor("q", q, ("B", "H", "n", "d"))
+    b, h, n, d = q.shape
+    _check_cp_tensor("k", k, (b, "H_kv", n, d), ("q", q))
+    _check_cp_tensor("v", v, (*k.shape[:3], "d_v"), ("q", q))
+    if h % k.shape[1]:
+        raise ValueError(f"q's heads H = {h} must be a multiple of k's H_kv, got "
+                         f"{k.shape[1]}")
+    per_rank = 1 if layout == "contiguous" else 2
+    _check_count("n", n, 0, per_rank, " (a zigzag shard holds two equal chunks)")
+    m = key_mask
+    if m is not None and not (torch.is_tensor(m) and m.dtype == torch.bool and (
+            m.shape, m.device) == ((b, n), q.device)):
+        got = f"{m.dtype} {tuple(m.shape)} on {m.device}" if torch.is_tensor(m) else m
+        raise ValueError(f"key_mask must be None or a torch.bool (B, n) = {(b, n)} "
+                         f"tensor on {q.device}, True = real key, got {got}")
     if scale is not None and not (math.isfinite(scale) and scale > 0):
-        raise ValueError(
-            f"scale must be a positive finite float or None, got {scale!r}"
-        )
+        raise ValueError(f"scale must be None or a finite float > 0, got {scale!r}")
 # --8<-- [end:checks]
 
 
@@ -614,7 +529,7 @@ def ring_attention(
         This rank's shard of the output, ``(B, H, n, d)``.
     """
     rank, world_size = _world(group)
-    _check_shards(q, k, v, key_mask, layout, world_size, is_causal, scale)
+    _check_shards(q, k, v, key_mask, layout, scale)
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     return _RingAttention.apply(
         q, k, v, key_mask, is_causal, scale, layout, group, [] if work is None else work
@@ -638,15 +553,9 @@ def simulate_ring_attention(
     ring order, with the same step function as ``ring_attention``. Returns the
     whole output ``(B, H, N, d)`` and the score entries each rank computed.
     """
-    _check_rank(0, world_size)
-    _check_shards(q, k, v, key_mask, layout, world_size, is_causal)
-    _check_divisible(
-        q.shape[2],
-        world_size * (1 if layout == "contiguous" else 2),
-        layout,
-        world_size,
-        "q, k and v",
-    )
+    _check_layout(layout, 0, world_size)
+    _check_shards(q, k, v, key_mask, layout)
+    _check_chunks("the length n of q, k and v", q.shape[2], layout, world_size)
     shard = lambda x, r: shard_sequence(x, r, world_size, layout, dim=2)  # noqa: E731
     mask_shard = lambda r: (
         None
@@ -681,13 +590,8 @@ def simulate_ring_attention(
 
 def causal_work_per_rank(n: int, world_size: int, layout: str) -> list[int]:
     """Score entries each rank computes under a causal mask (hidden tiles skipped)."""
-    _check_layout(layout)
-    _check_rank(0, world_size)
-    if not (isinstance(n, int) and n >= 1):
-        raise ValueError(f"n must be a positive int, got {n!r}")
-    _check_divisible(
-        n, world_size * (1 if layout == "contiguous" else 2), layout, world_size, "n"
-    )
+    _check_layout(layout, 0, world_size)
+    _check_chunks("n", n, layout, world_size, 1)
     x = torch.zeros(1, 1, n, 1)
     return simulate_ring_attention(x, x, x, world_size, is_causal=True, layout=layout)[
         1
@@ -802,19 +706,15 @@ def ulysses_attention(
     ``H_kv/P`` key/value heads of all N tokens, so P must divide ``H_kv``.
     """
     rank, world_size = _world(group)
-    _check_shards(q, k, v, key_mask, "contiguous", world_size, is_causal, scale)
+    _check_shards(q, k, v, key_mask, "contiguous", scale)
     h, h_kv = q.shape[1], k.shape[1]
     if h_kv % world_size:
-        raise ValueError(
-            f"ulysses_attention splits heads across ranks: n_kv_heads = {h_kv} (and "
-            f"n_heads = {h}) must be a multiple of world_size = {world_size}; "
-            "replicate the key/value heads to go further"
-        )
+        raise ValueError(f"ulysses_attention splits heads across ranks: n_kv_heads "
+                         f"(and n_heads = {h}) must be a multiple of world_size = "
+                         f"{world_size}, got n_kv_heads = {h_kv}")
     if world_size > 1 and v.shape[-1] != q.shape[-1]:
-        raise ValueError(
-            f"ulysses_attention sends q, k and v in one all-to-all, so v's width "
-            f"must equal q's {q.shape[-1]}, got {v.shape[-1]}"
-        )
+        raise ValueError(f"ulysses_attention sends q, k and v in one all-to-all, so "
+                         f"v's width must equal q's {q.shape[-1]}, got {v.shape[-1]}")
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     if world_size == 1:
         return _local_attention(
@@ -863,7 +763,7 @@ def allgather_kv_attention(
     back onto the rank that owns it.
     """
     rank, world_size = _world(group)
-    _check_shards(q, k, v, key_mask, layout, world_size, is_causal, scale)
+    _check_shards(q, k, v, key_mask, layout, scale)
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     mask = key_mask
     if world_size > 1:

@@ -184,8 +184,7 @@ def delta_rule_chunked(
     Returns:
         ``(B, H, N, d_v)`` in q's dtype (float32 inside for half precision).
     """
-    _check_delta(q, k, v, beta, g, scale)
-    _check_lin_chunks(chunk_size, chunk_size)
+    _check_delta(q, k, v, beta, g, scale, chunk=chunk_size)
     acc, n = _lin_accumulator(q.dtype), q.shape[-2]
     scale = q.shape[-1] ** -0.5 if scale is None else scale
     g = torch.zeros_like(beta) if g is None else g
@@ -199,38 +198,16 @@ def delta_rule_chunked(
 
 
 # --8<-- [start:checks]
-def _check_lin_tensors(**named) -> None:
-    """Refuse a non-tensor, an integer tensor, or tensors of mixed dtype or device."""
-    for name, t in named.items():
-        if not isinstance(t, torch.Tensor) or not t.is_floating_point():
-            got = t.dtype if isinstance(t, torch.Tensor) else type(t).__name__
-            raise TypeError(f"{name} must be a floating torch.Tensor, got {got}")
-    if len({t.dtype for t in named.values()}) > 1:
-        got = ", ".join(f"{n} {t.dtype}" for n, t in named.items())
-        raise TypeError(f"{', '.join(named)} must share one dtype, got {got}")
-    if len({t.device for t in named.values()}) > 1:
-        got = ", ".join(f"{n} {t.device}" for n, t in named.items())
-        raise ValueError(f"{', '.join(named)} must be on one device, got {got}")
-
-
-def _check_lin_scale(scale) -> None:
-    if scale is not None and not (math.isfinite(scale) and scale > 0):
-        raise ValueError(
-            f"scale must be a positive finite float or None, got {scale!r}"
-        )
-
-
-def _check_lin_chunks(chunk_size, sub_chunk_size) -> None:
-    if not (isinstance(chunk_size, int) and chunk_size >= 1):
-        raise ValueError(f"chunk_size must be a positive int, got {chunk_size!r}")
-    if (
-        not (isinstance(sub_chunk_size, int) and sub_chunk_size >= 1)
-        or chunk_size % sub_chunk_size
-    ):
-        raise ValueError(
-            f"sub_chunk_size must be a positive int that divides chunk_size "
-            f"{chunk_size}, got {sub_chunk_size!r}"
-        )
+def _check_lin_tensor(name, t, shape, like=None, dtype=True) -> None:
+    """A floating tensor of shape (a str: any size); like = (name, tensor) to match."""
+    peer, ref = like or (name, t)
+    ok = torch.is_tensor(t) and t.is_floating_point() and t.dim() == len(shape)
+    if not ok or any(w != s for w, s in zip(shape, t.shape) if isinstance(w, int)) or (
+            t.device != ref.device or dtype and t.dtype != ref.dtype):
+        got = f"{t.dtype} {tuple(t.shape)} on {t.device}" if torch.is_tensor(t) else t
+        raise (ValueError if ok else TypeError)(
+            f"{name} must be a floating ({', '.join(map(str, shape))}) tensor on "
+            f"{peer}'s device{' and dtype' if dtype else ''}, got {got}")
 
 
 def _lin_accumulator(dtype: torch.dtype) -> torch.dtype:
@@ -238,45 +215,21 @@ def _lin_accumulator(dtype: torch.dtype) -> torch.dtype:
     return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
 
 
-def _check_delta(q, k, v, beta, g, scale, *, state=None, step=False) -> None:
-    """q, k (..., N, d_k); v (..., N, d_v); beta, g (..., N); log-decays <= 0."""
-    _check_lin_tensors(q=q, k=k, v=v, beta=beta, **({} if g is None else {"g": g}))
-    lead = "(B, H, d)" if step else "(..., N, d)"
-    if q.dim() < (1 if step else 2) or q.shape != k.shape:
-        raise ValueError(
-            f"q and k must have one shape {lead}, got q {tuple(q.shape)} "
-            f"and k {tuple(k.shape)}"
-        )
-    if v.shape[:-1] != k.shape[:-1]:
-        raise ValueError(
-            f"v must be {lead} with k's leading shape {tuple(k.shape[:-1])}, "
-            f"got {tuple(v.shape)}"
-        )
-    for name, t in (("beta", beta), ("g", g)):
-        if t is not None and t.shape != k.shape[:-1]:
-            raise ValueError(
-                f"{name} must have shape {tuple(k.shape[:-1])} (k's without "
-                f"its last), got {tuple(t.shape)}"
-            )
+def _check_delta(q, k, v, beta, g, scale, *, state=None, chunk=1, step=False) -> None:
+    """q, k (B, H, N, d_k); v (B, H, N, d_v); beta, g (B, H, N); log-decays <= 0."""
+    _check_lin_tensor("q", q, ("B", "H", "d_k") if step else ("B", "H", "N", "d_k"))
+    lead, like = q.shape[:-1], ("q", q)
+    _check_lin_tensor("k", k, q.shape, like)
+    _check_lin_tensor("v", v, (*lead, "d_v"), like)
+    _check_lin_tensor("beta", beta, lead, like)
+    if g is not None:
+        _check_lin_tensor("g", g, lead, like)
+    if state is not None:
+        _check_lin_tensor("state", state, (*q.shape, v.shape[-1]), like, dtype=False)
     if g is not None and (g > 0).any():
-        raise ValueError(
-            f"g holds log-decays log(alpha) and must be <= 0, got a maximum "
-            f"of {g.max().item():.3g}"
-        )
-    _check_lin_scale(scale)
-    want = (*k.shape, v.shape[-1])
-    if state is not None and (
-        not isinstance(state, torch.Tensor)
-        or state.shape != want
-        or state.device != q.device
-        or not state.is_floating_point()
-    ):
-        got = (
-            f"{state.dtype} {tuple(state.shape)} on {state.device}"
-            if isinstance(state, torch.Tensor)
-            else type(state).__name__
-        )
-        raise ValueError(
-            f"state must be a floating {want} tensor on {q.device}, got {got}"
-        )
+        raise ValueError(f"g holds log-decays, must be <= 0, got {g.max().item():.3g}")
+    if scale is not None and not (math.isfinite(scale) and scale > 0):
+        raise ValueError(f"scale must be None or a finite float > 0, got {scale!r}")
+    if not (isinstance(chunk, int) and chunk >= 1):
+        raise ValueError(f"chunk_size must be an int >= 1, got {chunk!r}")
 # --8<-- [end:checks]

@@ -196,8 +196,7 @@ def gla_chunked(
         ``(B, H, N, d_v)`` in q's dtype (float32 inside for half precision).
     """
     sub = min(chunk_size, 8) if sub_chunk_size is None else sub_chunk_size
-    _check_gla(q, k, v, g, scale)
-    _check_lin_chunks(chunk_size, sub)
+    _check_gla(q, k, v, g, scale, chunk=chunk_size, sub=sub)
     acc, n = _lin_accumulator(q.dtype), q.shape[-2]
     scale = q.shape[-1] ** -0.5 if scale is None else scale
     pad = (0, 0, 0, -n % chunk_size)  # zero g: no decay; zero k: no write
@@ -207,38 +206,16 @@ def gla_chunked(
 
 
 # --8<-- [start:checks]
-def _check_lin_tensors(**named) -> None:
-    """Refuse a non-tensor, an integer tensor, or tensors of mixed dtype or device."""
-    for name, t in named.items():
-        if not isinstance(t, torch.Tensor) or not t.is_floating_point():
-            got = t.dtype if isinstance(t, torch.Tensor) else type(t).__name__
-            raise TypeError(f"{name} must be a floating torch.Tensor, got {got}")
-    if len({t.dtype for t in named.values()}) > 1:
-        got = ", ".join(f"{n} {t.dtype}" for n, t in named.items())
-        raise TypeError(f"{', '.join(named)} must share one dtype, got {got}")
-    if len({t.device for t in named.values()}) > 1:
-        got = ", ".join(f"{n} {t.device}" for n, t in named.items())
-        raise ValueError(f"{', '.join(named)} must be on one device, got {got}")
-
-
-def _check_lin_scale(scale) -> None:
-    if scale is not None and not (math.isfinite(scale) and scale > 0):
-        raise ValueError(
-            f"scale must be a positive finite float or None, got {scale!r}"
-        )
-
-
-def _check_lin_chunks(chunk_size, sub_chunk_size) -> None:
-    if not (isinstance(chunk_size, int) and chunk_size >= 1):
-        raise ValueError(f"chunk_size must be a positive int, got {chunk_size!r}")
-    if (
-        not (isinstance(sub_chunk_size, int) and sub_chunk_size >= 1)
-        or chunk_size % sub_chunk_size
-    ):
-        raise ValueError(
-            f"sub_chunk_size must be a positive int that divides chunk_size "
-            f"{chunk_size}, got {sub_chunk_size!r}"
-        )
+def _check_lin_tensor(name, t, shape, like=None, dtype=True) -> None:
+    """A floating tensor of shape (a str: any size); like = (name, tensor) to match."""
+    peer, ref = like or (name, t)
+    ok = torch.is_tensor(t) and t.is_floating_point() and t.dim() == len(shape)
+    if not ok or any(w != s for w, s in zip(shape, t.shape) if isinstance(w, int)) or (
+            t.device != ref.device or dtype and t.dtype != ref.dtype):
+        got = f"{t.dtype} {tuple(t.shape)} on {t.device}" if torch.is_tensor(t) else t
+        raise (ValueError if ok else TypeError)(
+            f"{name} must be a floating ({', '.join(map(str, shape))}) tensor on "
+            f"{peer}'s device{' and dtype' if dtype else ''}, got {got}")
 
 
 def _lin_accumulator(dtype: torch.dtype) -> torch.dtype:
@@ -246,39 +223,20 @@ def _lin_accumulator(dtype: torch.dtype) -> torch.dtype:
     return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
 
 
-def _check_gla(q, k, v, g, scale, *, state=None, step=False) -> None:
-    """Shapes (..., N, d_k) for q, k, g and (..., N, d_v) for v; log-decays <= 0."""
-    _check_lin_tensors(q=q, k=k, v=v, g=g)
-    lead = "(B, H, d)" if step else "(..., N, d)"
-    if q.dim() < (1 if step else 2) or q.shape != k.shape or g.shape != k.shape:
-        raise ValueError(
-            f"q, k and g must have one shape {lead}, got q {tuple(q.shape)}, "
-            f"k {tuple(k.shape)}, g {tuple(g.shape)}"
-        )
-    if v.shape[:-1] != k.shape[:-1]:
-        raise ValueError(
-            f"v must be {lead} with k's leading shape {tuple(k.shape[:-1])}, "
-            f"got {tuple(v.shape)}"
-        )
-    _check_lin_scale(scale)
+def _check_gla(q, k, v, g, scale, *, state=None, chunk=1, sub=1, step=False) -> None:
+    """q, k, g (B, H, N, d_k) and v (B, H, N, d_v); log-decays g <= 0."""
+    _check_lin_tensor("q", q, ("B", "H", "d_k") if step else ("B", "H", "N", "d_k"))
+    like = ("q", q)
+    _check_lin_tensor("k", k, q.shape, like)
+    _check_lin_tensor("g", g, q.shape, like)
+    _check_lin_tensor("v", v, (*q.shape[:-1], "d_v"), like)
+    if state is not None:
+        _check_lin_tensor("state", state, (*q.shape, v.shape[-1]), like, dtype=False)
     if (g > 0).any():
-        raise ValueError(
-            f"g holds log-decays log(alpha) and must be <= 0, got a maximum "
-            f"of {g.max().item():.3g}"
-        )
-    want = (*k.shape, v.shape[-1])
-    if state is not None and (
-        not isinstance(state, torch.Tensor)
-        or state.shape != want
-        or state.device != q.device
-        or not state.is_floating_point()
-    ):
-        got = (
-            f"{state.dtype} {tuple(state.shape)} on {state.device}"
-            if isinstance(state, torch.Tensor)
-            else type(state).__name__
-        )
-        raise ValueError(
-            f"state must be a floating {want} tensor on {q.device}, got {got}"
-        )
+        raise ValueError(f"g holds log-decays, must be <= 0, got {g.max().item():.3g}")
+    if scale is not None and not (math.isfinite(scale) and scale > 0):
+        raise ValueError(f"scale must be None or a finite float > 0, got {scale!r}")
+    if not all(isinstance(c, int) and c >= 1 for c in (chunk, sub)) or chunk % sub:
+        raise ValueError(f"chunk_size and sub_chunk_size must be ints >= 1, the second "
+                         f"dividing the first, got {chunk!r} and {sub!r}")
 # --8<-- [end:checks]

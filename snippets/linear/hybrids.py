@@ -69,8 +69,7 @@ def layer_pattern(n_layers: int, full_attention_interval: int = 4) -> tuple[str,
     Returns:
         ``n_layers`` strings, "linear" or "full", bottom to top.
     """
-    _check_hybrid_int("n_layers", n_layers)
-    _check_hybrid_int("full_attention_interval", full_attention_interval)
+    _check_hybrid_numbers(**locals())  # both are counts >= 1
     return periodic_pattern(n_layers, full_attention_interval)
 
 
@@ -86,7 +85,6 @@ def pattern_from_full_layers(n_layers: int, full_layers: list[int]) -> tuple[str
     Returns:
         ``n_layers`` strings, "linear" or "full", bottom to top.
     """
-    _check_hybrid_int("n_layers", n_layers)
     _check_full_layers(full_layers, n_layers)
     return tuple(
         "full" if i + 1 in set(full_layers) else "linear" for i in range(n_layers)
@@ -178,20 +176,10 @@ def qwen3_next_config(hf: dict) -> HybridConfig:
     Returns:
         The ``HybridConfig`` with its layer pattern, cache and state sizes.
     """
-    _hf_ints(
-        hf,
-        (
-            "num_hidden_layers",
-            "full_attention_interval",
-            "num_key_value_heads",
-            "head_dim",
-            "linear_num_key_heads",
-            "linear_num_value_heads",
-            "linear_key_head_dim",
-            "linear_value_head_dim",
-            "linear_conv_kernel_dim",
-        ),
-    )
+    _check_hf(hf, ("num_hidden_layers", "full_attention_interval", "head_dim",
+                   "num_key_value_heads", "linear_num_key_heads",
+                   "linear_num_value_heads", "linear_key_head_dim",
+                   "linear_value_head_dim", "linear_conv_kernel_dim"))
     h_k, h_v = hf["linear_num_key_heads"], hf["linear_num_value_heads"]
     d_k, d_v = hf["linear_key_head_dim"], hf["linear_value_head_dim"]
     # One (d_k, d_v) state per value head; keys are shared by h_v / h_k value heads.
@@ -217,9 +205,10 @@ def kimi_linear_config(hf: dict) -> HybridConfig:
         The ``HybridConfig``; the MLA layers cache one latent and one shared
         RoPE-width key per token (they apply no rotation: NoPE, per the report).
     """
-    _hf_ints(hf, ("num_hidden_layers", "kv_lora_rank", "qk_rope_head_dim"))
-    _check_kimi_linear(hf)
-    lin = hf["linear_attn_config"]
+    _check_hf(hf, ("num_hidden_layers", "kv_lora_rank", "qk_rope_head_dim"))
+    lin = hf.get("linear_attn_config")
+    _check_hf(lin, ("num_heads", "head_dim", "short_conv_kernel_size"),
+              "hf['linear_attn_config']")
     h, d = lin["num_heads"], lin["head_dim"]
     return HybridConfig(
         name="Kimi Linear",
@@ -234,82 +223,42 @@ def kimi_linear_config(hf: dict) -> HybridConfig:
 
 
 # --8<-- [start:checks]
-def _check_hybrid_int(name: str, value: int) -> None:
-    if not (isinstance(value, int) and value >= 1):
-        raise ValueError(f"{name} must be a positive int, got {value!r}")
+def _check_hybrid_numbers(low=1, kind=int, **named) -> None:
+    """Each value a finite ``kind`` (an int, or a tuple of types: a number) >= low."""
+    for name, value in named.items():
+        if not (isinstance(value, kind) and low <= value < float("inf")):
+            what = getattr(kind, "__name__", "number")
+            raise ValueError(f"{name} must be a finite {what} >= {low}, got {value!r}")
 
 
 def _check_full_layers(full_layers, n_layers) -> None:
-    if not isinstance(full_layers, (list, tuple)):
-        raise TypeError(
-            f"full_layers must be a list of layer numbers, "
-            f"got {type(full_layers).__name__}"
-        )
-    bad = [i for i in full_layers if not (isinstance(i, int) and 1 <= i <= n_layers)]
-    if bad:
-        raise ValueError(
-            f"full_layers must be layer numbers from 1 to n_layers={n_layers}, "
-            f"got {bad}"
-        )
+    _check_hybrid_numbers(n_layers=n_layers)
+    if not isinstance(full_layers, (list, tuple)) or not all(
+            isinstance(i, int) and 1 <= i <= n_layers for i in full_layers):
+        raise ValueError(f"full_layers must be a list of layer numbers from 1 to "
+                         f"n_layers={n_layers}, got {full_layers!r}")
 
 
 def _check_hybrid_config(config) -> None:
-    if not isinstance(config.name, str):
-        raise TypeError(f"name must be a str, got {type(config.name).__name__}")
     types = config.layer_types
-    if (
-        not isinstance(types, (tuple, list))
-        or not types
-        or set(types) - {"linear", "full"}
-    ):
-        raise ValueError(
-            f"layer_types must be a non-empty sequence of 'linear' and 'full', "
-            f"got {types!r}"
-        )
-    for name in ("kv_per_token", "state_per_layer", "conv_per_layer"):
-        value = getattr(config, name)
-        if not (isinstance(value, int) and value >= 0):
-            raise ValueError(f"{name} must be an int >= 0, got {value!r}")
+    ok = isinstance(types, (tuple, list)) and types and set(types) <= {"linear", "full"}
+    if not ok:
+        raise ValueError(f"layer_types must be a non-empty sequence of 'linear' and "
+                         f"'full', got {types!r}")
+    sizes = ("kv_per_token", "state_per_layer", "conv_per_layer")
+    _check_hybrid_numbers(0, **{name: getattr(config, name) for name in sizes})
 
 
 def _check_cache_args(config, context, batch, kv_bytes, state_bytes) -> None:
     if not isinstance(config, HybridConfig):
         raise TypeError(f"config must be a HybridConfig, got {type(config).__name__}")
-    if not (isinstance(context, int) and context >= 0):
-        raise ValueError(f"context must be an int >= 0, got {context!r}")
-    _check_hybrid_int("batch", batch)
-    for name, value in (("kv_bytes", kv_bytes), ("state_bytes", state_bytes)):
-        if not isinstance(value, (int, float)) or not 0 <= value < float("inf"):
-            raise ValueError(
-                f"{name} must be a finite number of bytes >= 0, got {value!r}"
-            )
+    _check_hybrid_numbers(0, context=context, batch=batch)
+    _check_hybrid_numbers(0, (int, float), kv_bytes=kv_bytes, state_bytes=state_bytes)
 
 
-def _hf_ints(hf: object, keys: tuple[str, ...], where: str = "hf") -> dict[str, int]:
-    """The positive ints ``keys`` of a config.json read as a dict, or a named error."""
+def _check_hf(hf: object, keys: tuple[str, ...], where: str = "hf") -> None:
+    """A config.json read as a dict that holds every key in ``keys`` as an int >= 1."""
     if not isinstance(hf, dict):
-        raise TypeError(
-            f"{where} must be a dict read from config.json, got {type(hf).__name__}"
-        )
-    missing = [key for key in keys if key not in hf]
-    if missing:
-        raise ValueError(
-            f"{where} must hold {', '.join(keys)}; got no {', '.join(missing)}"
-        )
-    for key in keys:
-        _check_hybrid_int(f"{where}[{key!r}]", hf[key])
-    return {key: hf[key] for key in keys}
-
-
-def _check_kimi_linear(hf) -> None:
-    lin = hf.get("linear_attn_config")
-    if not isinstance(lin, dict):
-        raise TypeError(
-            f"hf['linear_attn_config'] must be a dict, got {type(lin).__name__}"
-        )
-    _hf_ints(
-        lin,
-        ("num_heads", "head_dim", "short_conv_kernel_size"),
-        "hf['linear_attn_config']",
-    )
+        raise TypeError(f"{where} must be a dict read from config.json, got {hf!r}")
+    _check_hybrid_numbers(**{f"{where}[{key!r}]": hf.get(key) for key in keys})
 # --8<-- [end:checks]

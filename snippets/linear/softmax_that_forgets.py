@@ -52,7 +52,7 @@ def forgetting_attention(
     scale: float | None = None,
 ) -> torch.Tensor:
     """FoX: causal softmax(q k^T * scale + D) v, (B, H, N, d_v)."""
-    _check_fox(q, k, v, log_f, scale)
+    _check_heads(q, k, v, scale, log_f)
     n = q.shape[-2]
     causal = torch.ones(n, n, dtype=torch.bool, device=q.device).tril()
     bias = forget_gate_bias(log_f).masked_fill(~causal, float("-inf"))  # (B, H, N, N)
@@ -116,39 +116,31 @@ def _dtype_and_shape(x: object) -> str:
     return type(x).__name__
 
 
-def _check_heads(q, k, v, scale) -> None:
+def _check_heads(q, k, v, scale, log_f=None) -> None:
+    """q, k (B, H, N, d), v (B, H, N, d_v) of q's dtype and device; log_f if given."""
     for name, t in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(t, torch.Tensor) or not t.is_floating_point() or t.dim() != 4:
-            raise ValueError(f"{name} must be a floating (B, H, N, d) tensor, "
-                             f"got {_dtype_and_shape(t)}")
-        if t.dtype != q.dtype or t.device != q.device:
-            raise ValueError(f"{name} must have q's dtype {q.dtype} and device "
-                             f"{q.device}, got {t.dtype} on {t.device}")
+        if not (torch.is_tensor(t) and t.is_floating_point() and t.dim() == 4) or (
+                t.dtype, t.device) != (q.dtype, q.device):
+            raise ValueError(f"{name} must be a floating (B, H, N, d) tensor of q's "
+                             f"dtype and device, got {_dtype_and_shape(t)} on "
+                             f"{getattr(t, 'device', None)}")
     if k.shape != q.shape or v.shape[:-1] != q.shape[:-1]:
-        raise ValueError(f"q and k must be (B, H, N, d) and v (B, H, N, d_v), self-"
-                         f"attention over one N, got q {tuple(q.shape)}, k "
-                         f"{tuple(k.shape)}, v {tuple(v.shape)}")
+        raise ValueError(f"q and k must be (B, H, N, d) and v (B, H, N, d_v), got q "
+                         f"{tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}")
     if scale is not None and not (math.isfinite(scale) and scale > 0):
-        raise ValueError(f"scale must be None or a positive finite number, "
-                         f"got {scale!r}")
+        raise ValueError(f"scale must be None or a finite float > 0, got {scale!r}")
+    if log_f is not None:
+        _check_log_f(log_f, q)
 
 
-def _check_log_f(log_f: torch.Tensor) -> None:
-    if not isinstance(log_f, torch.Tensor) or not log_f.is_floating_point() \
-            or log_f.dim() != 3:
-        raise ValueError(f"log_f must be a floating (B, H, N) tensor of log forget "
-                         f"gates, got {_dtype_and_shape(log_f)}")
-    if bool((log_f > 0).any()):
-        raise ValueError(f"log_f must be <= 0 (gates in (0, 1]), got a largest "
-                         f"value of {float(log_f.max()):.3g}")
-
-
-def _check_fox(q, k, v, log_f, scale) -> None:
-    _check_heads(q, k, v, scale)
-    if isinstance(log_f, torch.Tensor) and (log_f.shape != q.shape[:-1]
-                                            or log_f.device != q.device):
-        raise ValueError(f"log_f must be (B, H, N) = {tuple(q.shape[:-1])} on "
-                         f"{q.device}, got {tuple(log_f.shape)} on {log_f.device}")
-    _check_log_f(log_f)
+def _check_log_f(log_f, q=None) -> None:
+    """Floating (B, H, N) log gates <= 0; q's (B, H, N) and device when q is given."""
+    f, want = log_f, (None if q is None else f"{tuple(q.shape[:-1])} on {q.device}")
+    if not (torch.is_tensor(f) and f.is_floating_point() and f.dim() == 3) or (
+            want and f"{tuple(f.shape)} on {f.device}" != want):
+        raise ValueError(f"log_f must be a floating (B, H, N) tensor, {want or 'any'}, "
+                         f"got {_dtype_and_shape(f)} on {getattr(f, 'device', None)}")
+    if (log_f > 0).any():
+        raise ValueError(f"log_f must be <= 0 (gates in (0, 1]), got {log_f.max():.3g}")
 
 # --8<-- [end:validate]

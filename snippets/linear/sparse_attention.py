@@ -102,7 +102,7 @@ def nsa_keys(context, block, n_select, window, cmp_block, cmp_stride):
 # --8<-- [start:face]
 def causal_keys(n: int, m: int, device=None) -> torch.Tensor:
     """(N, M) boolean, True = may attend: query i sees keys j <= i + (M - N)."""
-    _check_lengths(n, m)
+    _check_sparse_ints(0, n=n, m=m)
     i = torch.arange(n, device=device).unsqueeze(-1) + (m - n)
     return torch.arange(m, device=device) <= i  # (N, M)
 
@@ -152,8 +152,8 @@ def topk_mask(
     Shape:
         ``(B, N, M)`` scores -> ``(B, N, M)`` boolean mask.
     """
-    _check_float_input("index_scores", index_scores, min_dim=2)
-    _check_sparse_int("topk", topk)
+    _check_lin_tensor("index_scores", index_scores, ("B", "N", "M"))
+    _check_sparse_ints(topk=topk)
     n, m = index_scores.shape[-2:]
     dev = index_scores.device
     allowed = (
@@ -180,12 +180,8 @@ def topk_sparse_attention(
         ``(B, N, M)`` -> ``(B, H, N, d_v)``.
     """
     _check_qkv_sparse(q, k, v)
-    _check_float_input(
-        "index_scores",
-        index_scores,
-        (q.shape[0], q.shape[2], k.shape[2]),
-        device=q.device,
-    )
+    _check_lin_tensor("index_scores", index_scores,
+                      (q.shape[0], q.shape[2], k.shape[2]), ("q", q), dtype=False)
     return attend_masked(
         q, k, v, topk_mask(index_scores, topk, causal=causal).unsqueeze(1)
     )
@@ -203,7 +199,7 @@ def compressed_attention(
         ``(B, H, N, M // block)``, which rank blocks for the selected branch.
     """
     _check_qkv_sparse(q, k, v)
-    _check_sparse_int("block", block)
+    _check_sparse_ints(block=block)
     n, m = q.shape[2], k.shape[2]
     nb = m // block
     acc = torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype
@@ -260,8 +256,8 @@ def selection_mask(
 
 def window_keys(n: int, m: int, window: int, device=None) -> torch.Tensor:
     """(N, M) boolean: the last ``window`` keys up to the query's position."""
-    _check_lengths(n, m)
-    _check_sparse_int("window", window)
+    _check_sparse_ints(0, n=n, m=m)
+    _check_sparse_ints(window=window)
     i = torch.arange(n, device=device).unsqueeze(-1) + (m - n)
     j = torch.arange(m, device=device)
     return (j <= i) & (j > i - window)
@@ -288,7 +284,7 @@ def nsa_attention(
         -> ``(B, H, N, d_v)``.
     """
     _check_qkv_sparse(q, k, v)
-    _check_float_input("gates", gates, (*q.shape[:3], 3), device=q.device)
+    _check_lin_tensor("gates", gates, (*q.shape[:3], 3), ("q", q), dtype=False)
     n, m, dtype = q.shape[2], k.shape[2], v.dtype
     acc = torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
     q, k, v, g = (t.to(acc) for t in (q, k, v, gates))  # one rounding, at the end
@@ -323,14 +319,7 @@ def dense_decode_cost(
     context: int, *, n_heads: int, d_qk: int, d_v: int, kv_bytes_per_token: int
 ) -> AttentionCost:
     """Dense attention: every one of the ``context`` keys."""
-    for name, value in (
-        ("context", context),
-        ("n_heads", n_heads),
-        ("d_qk", d_qk),
-        ("d_v", d_v),
-        ("kv_bytes_per_token", kv_bytes_per_token),
-    ):
-        _check_sparse_int(name, value)
+    _check_sparse_ints(**locals())  # every argument is a count >= 1
     return AttentionCost(
         context, 2 * n_heads * context * (d_qk + d_v), 0, context * kv_bytes_per_token
     )
@@ -349,17 +338,7 @@ def dsa_decode_cost(
     index_bytes_per_token: int = 128,
 ) -> AttentionCost:
     """DeepSeek sparse attention: the indexer reads every key, attention the top-k."""
-    _check_costs(
-        context=context,
-        n_heads=n_heads,
-        d_qk=d_qk,
-        d_v=d_v,
-        kv_bytes_per_token=kv_bytes_per_token,
-        topk=topk,
-        index_heads=index_heads,
-        index_dim=index_dim,
-        index_bytes_per_token=index_bytes_per_token,
-    )
+    _check_sparse_ints(**locals())  # every argument is a count >= 1
     dense = dense_decode_cost(
         min(topk, context),
         n_heads=n_heads,
@@ -398,18 +377,7 @@ def nsa_decode_cost(
     block (64 in the paper). The three branches are counted separately (a key
     both selected and in the window is read twice, as three kernels would).
     """
-    _check_costs(
-        context=context,
-        n_heads=n_heads,
-        d_qk=d_qk,
-        d_v=d_v,
-        kv_bytes_per_token=kv_bytes_per_token,
-        block=block,
-        n_select=n_select,
-        window=window,
-        cmp_block=cmp_block,
-        cmp_stride=cmp_stride,
-    )
+    _check_sparse_ints(**locals())  # every argument is a count >= 1
     keys = nsa_keys(context, block, n_select, window, cmp_block, cmp_stride)
     flops = 2 * n_heads * keys * (d_qk + d_v)
     # The summaries live in their own small cache, one entry per compressed block.
@@ -418,131 +386,54 @@ def nsa_decode_cost(
 
 
 # --8<-- [start:checks]
+def _check_lin_tensor(name, t, shape, like=None, dtype=True) -> None:
+    """A floating tensor of shape (a str: any size); like = (name, tensor) to match."""
+    peer, ref = like or (name, t)
+    ok = torch.is_tensor(t) and t.is_floating_point() and t.dim() == len(shape)
+    if not ok or any(w != s for w, s in zip(shape, t.shape) if isinstance(w, int)) or (
+            t.device != ref.device or dtype and t.dtype != ref.dtype):
+        got = f"{t.dtype} {tuple(t.shape)} on {t.device}" if torch.is_tensor(t) else t
+        raise (ValueError if ok else TypeError)(
+            f"{name} must be a floating ({', '.join(map(str, shape))}) tensor on "
+            f"{peer}'s device{' and dtype' if dtype else ''}, got {got}")
+
+
+def _check_sparse_ints(low=1, **named) -> None:
+    for name, value in named.items():
+        if not (isinstance(value, int) and value >= low):
+            raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
+
+
 def _check_qkv_sparse(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
-    """q, k, v must be (B, H, N, d), (B, H, M, d), (B, H, M, d_v)."""
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-        if not t.is_floating_point():
-            raise TypeError(f"{name} must have a floating dtype, got {t.dtype}")
-        if t.dim() != 4:
-            raise ValueError(
-                f"{name} must have shape (B, H, length, width), got {tuple(t.shape)}"
-            )
-    if (
-        q.shape[:2] != k.shape[:2]
-        or k.shape[:3] != v.shape[:3]
-        or q.shape[-1] != k.shape[-1]
-    ):
-        raise ValueError(
-            f"q, k, v must be (B, H, N, d), (B, H, M, d), (B, H, M, d_v); got "
-            f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}"
-        )
-    if k.dtype != q.dtype or v.dtype != q.dtype:
-        raise TypeError(
-            f"q, k and v must share one dtype, got {q.dtype}, {k.dtype} and {v.dtype}"
-        )
-    if k.device != q.device or v.device != q.device:
-        raise ValueError(
-            f"q, k and v must be on one device, got {q.device}, {k.device} "
-            f"and {v.device}"
-        )
-
-
-def _check_sparse_int(name: str, value: int) -> None:
-    if not (isinstance(value, int) and value >= 1):
-        raise ValueError(f"{name} must be a positive int, got {value!r}")
-
-
-def _check_lengths(n: int, m: int) -> None:
-    for name, value in (("n", n), ("m", m)):
-        if not (isinstance(value, int) and value >= 0):
-            raise ValueError(f"{name} must be an int >= 0, got {value!r}")
-
-
-def _check_float_input(
-    name: str,
-    t: object,
-    shape: tuple[int, ...] | None = None,
-    *,
-    min_dim: int = 0,
-    device: torch.device | None = None,
-) -> None:
-    """``t`` must be a floating tensor (of ``shape``, on ``device``, when given)."""
-    if not isinstance(t, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-    if not t.is_floating_point():
-        raise TypeError(f"{name} must have a floating dtype, got {t.dtype}")
-    if t.dim() < min_dim or (shape is not None and t.shape != shape):
-        want = f"{shape}" if shape is not None else f"at least {min_dim} dimensions"
-        raise ValueError(f"{name} must have shape {want}, got {tuple(t.shape)}")
-    if device is not None and t.device != device:
-        raise ValueError(f"{name} must be on the device of q {device}, got {t.device}")
+    """q (B, H, N, d), k (B, H, M, d), v (B, H, M, d_v): of one dtype and device."""
+    _check_lin_tensor("q", q, ("B", "H", "N", "d"))
+    _check_lin_tensor("k", k, (*q.shape[:2], "M", q.shape[3]), ("q", q))
+    _check_lin_tensor("v", v, (*k.shape[:3], "d_v"), ("q", q))
 
 
 def _check_sparse_mask(mask: object, q: torch.Tensor, k: torch.Tensor) -> None:
-    """Raise unless ``mask`` is boolean and broadcasts to the scores (B, H, N, M)."""
-    shape = (q.shape[0], q.shape[1], q.shape[2], k.shape[2])
-    if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
-        got = mask.dtype if isinstance(mask, torch.Tensor) else type(mask).__name__
-        raise TypeError(
-            f"mask must be a torch.bool tensor (True = may attend), got {got}"
-        )
-    if not 2 <= mask.dim() <= 4 or any(
-        got not in (1, want) for got, want in zip(mask.shape[::-1], shape[::-1])
-    ):
-        raise ValueError(
-            f"mask must broadcast to (B, H, N, M) = {shape}, "
-            f"got shape {tuple(mask.shape)}"
-        )
-    if mask.device != q.device:
-        raise ValueError(
-            f"mask must be on the device of q {q.device}, got {mask.device}"
-        )
+    """A bool mask (True = may attend) on q's device that broadcasts to (B, H, N, M)."""
+    shape, is_t = (*q.shape[:3], k.shape[2]), torch.is_tensor(mask)
+    if not (is_t and mask.dtype == torch.bool and mask.device == q.device) or not (
+            2 <= mask.dim() <= 4) or any(
+            s not in (1, w) for s, w in zip(mask.shape[::-1], shape[::-1])):
+        got = f"{mask.dtype} {tuple(mask.shape)} on {mask.device}" if is_t else mask
+        raise (ValueError if is_t else TypeError)(f"mask must be a torch.bool tensor "
+            f"(True = may attend) on {q.device} that broadcasts to {shape}, got {got}")
 
 
 def _check_indexer(q_idx: object, k_idx: object, w: object) -> None:
-    for name, t in (("q_idx", q_idx), ("k_idx", k_idx), ("w", w)):
-        _check_float_input(name, t)
-    if (
-        q_idx.dim() != 4
-        or k_idx.dim() != 3
-        or w.shape != q_idx.shape[:3]
-        or k_idx.shape[0] != q_idx.shape[0]
-        or k_idx.shape[-1] != q_idx.shape[-1]
-    ):
-        raise ValueError(
-            f"expected q_idx (B, N, H_I, d_I), k_idx (B, M, d_I), w (B, N, H_I); got "
-            f"{tuple(q_idx.shape)}, {tuple(k_idx.shape)}, {tuple(w.shape)}"
-        )
-    if k_idx.dtype != q_idx.dtype or w.dtype != q_idx.dtype:
-        raise TypeError(
-            f"q_idx, k_idx and w must share one dtype, got {q_idx.dtype}, "
-            f"{k_idx.dtype} and {w.dtype}"
-        )
-    if k_idx.device != q_idx.device or w.device != q_idx.device:
-        raise ValueError(
-            f"q_idx, k_idx and w must be on one device, got {q_idx.device}, "
-            f"{k_idx.device} and {w.device}"
-        )
+    _check_lin_tensor("q_idx", q_idx, ("B", "N", "H_I", "d_I"))
+    b, n, h, d = q_idx.shape
+    _check_lin_tensor("k_idx", k_idx, (b, "M", d), ("q_idx", q_idx))
+    _check_lin_tensor("w", w, (b, n, h), ("q_idx", q_idx))
 
 
-def _check_selection(
-    block_weights: object, n: int, m: int, block: int, n_select: int
-) -> None:
-    _check_lengths(n, m)
-    _check_sparse_int("block", block)
-    _check_sparse_int("n_select", n_select)
-    _check_float_input("block_weights", block_weights, min_dim=4)
-    if block_weights.dim() != 4 or block_weights.shape[-2:] != (n, m // block):
-        raise ValueError(
-            "block_weights must have shape (B, H, n, m // block) = "
-            f"(B, H, {n}, {m // block}), "
-            f"got {tuple(block_weights.shape)}"
-        )
-
-
-def _check_costs(**counts: object) -> None:
-    for name, value in counts.items():
-        _check_sparse_int(name, value)
+def _check_selection(block_weights, n: int, m: int, block: int, n_select: int) -> None:
+    _check_sparse_ints(0, n=n, m=m)
+    _check_sparse_ints(block=block, n_select=n_select)
+    _check_lin_tensor("block_weights", block_weights, ("B", "H", "n", "m // block"))
+    if block_weights.shape[-2:] != (n, m // block):
+        raise ValueError(f"block_weights must have shape (B, H, n, m // block) = "
+                         f"(B, H, {n}, {m // block}), got {tuple(block_weights.shape)}")
 # --8<-- [end:checks]

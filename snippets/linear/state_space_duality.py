@@ -142,8 +142,7 @@ def ssd_chunked(x, dt, A, b, c, *, chunk_size: int = 64) -> torch.Tensor:
     Returns:
         ``(B, H, N, d)`` in x's dtype (float32 inside for half precision).
     """
-    _check_ssd(x, dt, A, b, c)
-    _check_lin_chunks(chunk_size, chunk_size)
+    _check_ssd(x, dt, A, b, c, chunk_size)
     acc, n = _lin_accumulator(x.dtype), x.shape[2]
     pad = -n % chunk_size
     x_, b_, c_ = (F.pad(t.to(acc), (0, 0, 0, pad)) for t in (x, b, c))
@@ -153,31 +152,16 @@ def ssd_chunked(x, dt, A, b, c, *, chunk_size: int = 64) -> torch.Tensor:
 
 
 # --8<-- [start:checks]
-def _check_lin_tensors(**named) -> None:
-    """Refuse a non-tensor, an integer tensor, or tensors of mixed dtype or device."""
-    for name, t in named.items():
-        if not isinstance(t, torch.Tensor) or not t.is_floating_point():
-            got = t.dtype if isinstance(t, torch.Tensor) else type(t).__name__
-            raise TypeError(f"{name} must be a floating torch.Tensor, got {got}")
-    if len({t.dtype for t in named.values()}) > 1:
-        got = ", ".join(f"{n} {t.dtype}" for n, t in named.items())
-        raise TypeError(f"{', '.join(named)} must share one dtype, got {got}")
-    if len({t.device for t in named.values()}) > 1:
-        got = ", ".join(f"{n} {t.device}" for n, t in named.items())
-        raise ValueError(f"{', '.join(named)} must be on one device, got {got}")
-
-
-def _check_lin_chunks(chunk_size, sub_chunk_size) -> None:
-    if not (isinstance(chunk_size, int) and chunk_size >= 1):
-        raise ValueError(f"chunk_size must be a positive int, got {chunk_size!r}")
-    if (
-        not (isinstance(sub_chunk_size, int) and sub_chunk_size >= 1)
-        or chunk_size % sub_chunk_size
-    ):
-        raise ValueError(
-            f"sub_chunk_size must be a positive int that divides chunk_size "
-            f"{chunk_size}, got {sub_chunk_size!r}"
-        )
+def _check_lin_tensor(name, t, shape, like=None, dtype=True) -> None:
+    """A floating tensor of shape (a str: any size); like = (name, tensor) to match."""
+    peer, ref = like or (name, t)
+    ok = torch.is_tensor(t) and t.is_floating_point() and t.dim() == len(shape)
+    if not ok or any(w != s for w, s in zip(shape, t.shape) if isinstance(w, int)) or (
+            t.device != ref.device or dtype and t.dtype != ref.dtype):
+        got = f"{t.dtype} {tuple(t.shape)} on {t.device}" if torch.is_tensor(t) else t
+        raise (ValueError if ok else TypeError)(
+            f"{name} must be a floating ({', '.join(map(str, shape))}) tensor on "
+            f"{peer}'s device{' and dtype' if dtype else ''}, got {got}")
 
 
 def _lin_accumulator(dtype: torch.dtype) -> torch.dtype:
@@ -185,39 +169,22 @@ def _lin_accumulator(dtype: torch.dtype) -> torch.dtype:
     return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
 
 
-def _check_ssd_mask(dt, A) -> None:
-    """dt (B, H, N) and A (H,), floating, alike and together."""
-    _check_lin_tensors(dt=dt, A=A)
-    if dt.dim() != 3 or A.shape != dt.shape[1:2]:
-        raise ValueError(
-            f"dt must have shape (B, H, N) and A (H,) with the same H, got "
-            f"dt {tuple(dt.shape)} and A {tuple(A.shape)}"
-        )
-    if (A > 0).any():
-        raise ValueError(
-            f"A must be <= 0 so that a_t = exp(dt_t A) <= 1, got a maximum "
-            f"of {A.max().item():.3g}"
-        )
-    if (dt < 0).any():
-        raise ValueError(
-            f"dt must be >= 0 (a step size), got a minimum of {dt.min().item():.3g}"
-        )
+def _check_ssd_mask(dt, A, x=None) -> None:
+    """dt (B, H, N) >= 0, x's (B, H, N) when given; A (H,) <= 0."""
+    like = None if x is None else ("x", x)
+    _check_lin_tensor("dt", dt, ("B", "H", "N") if x is None else x.shape[:3], like)
+    _check_lin_tensor("A", A, dt.shape[1:2], ("dt", dt))
+    if (A > 0).any() or (dt < 0).any():
+        raise ValueError(f"A must be <= 0 and dt >= 0 (exp(dt A) <= 1), got max A "
+                         f"{A.max().item():.3g} and min dt {dt.min().item():.3g}")
 
 
-def _check_ssd(x, dt, A, b, c) -> None:
+def _check_ssd(x, dt, A, b, c, chunk=1) -> None:
     """x (B, H, N, d), dt (B, H, N), A (H,), b and c (B, H, N, d_state)."""
-    _check_lin_tensors(x=x, dt=dt, A=A, b=b, c=c)
-    if x.dim() != 4:
-        raise ValueError(f"x must have shape (B, H, N, d), got {tuple(x.shape)}")
-    if dt.shape != x.shape[:3]:
-        raise ValueError(
-            f"dt must have shape (B, H, N) = {tuple(x.shape[:3])}, "
-            f"got {tuple(dt.shape)}"
-        )
-    if b.dim() != 4 or b.shape[:3] != x.shape[:3] or c.shape != b.shape:
-        raise ValueError(
-            f"b and c must both have shape (B, H, N, d_state) with (B, H, N) = "
-            f"{tuple(x.shape[:3])}, got b {tuple(b.shape)} and c {tuple(c.shape)}"
-        )
-    _check_ssd_mask(dt, A)
+    _check_lin_tensor("x", x, ("B", "H", "N", "d"))
+    _check_lin_tensor("b", b, (*x.shape[:3], "d_state"), ("x", x))
+    _check_lin_tensor("c", c, b.shape, ("b", b))
+    _check_ssd_mask(dt, A, x)
+    if not (isinstance(chunk, int) and chunk >= 1):
+        raise ValueError(f"chunk_size must be an int >= 1, got {chunk!r}")
 # --8<-- [end:checks]
