@@ -189,9 +189,9 @@ def test_named_errors(device):
         P.packed_attention(q, k, v, cu[:-1])
     with pytest.raises(ValueError, match=r"window must be None or an int >= 1 \(keys\), got 0"):
         P.packed_attention(q, k, v, cu, window=0)
-    with pytest.raises(ValueError, match=r"v must be a floating tensor \(T, H, d\), got"):
+    with pytest.raises(ValueError, match=r"v must be floating \(T, H, d\) like q, got"):
         P.packed_attention(q, k, v[0], cu)
-    with pytest.raises(ValueError, match=r"q, k and v must be \(T, H, d\)"):
+    with pytest.raises(ValueError, match=r"k must be floating \(T, H, d\) like q, got torch.float64 \(13, 1, 8\)"):
         P.packed_attention(q, k[:, :1], v, cu)
 
 

@@ -49,7 +49,7 @@ def test_pages_are_allocated_as_sequences_grow_and_returned_on_free():
     assert cache.block_table(a) == [0, 3]
     cache.free(b)
     assert sorted(cache.free_pages) == [1, 2, 4, 5]
-    with pytest.raises(ValueError, match=r"seq must be the id of a live sequence \[0\], got 1"):
+    with pytest.raises(ValueError, match=r"seq must be a live sequence \[0\], got 1"):
         cache.block_table(b)
 
 
@@ -78,14 +78,14 @@ def test_paged_decoding_equals_contiguous_decoding_exactly():
 def test_pool_exhaustion_and_bad_shapes_are_named():
     cache = PagedKVCache(n_pages=2, page_size=2, n_kv_heads=1, d_head=4)
     s = cache.add_sequence()
-    with pytest.raises(ValueError, match=r"the pool has 2 free pages; sequence 0 needs 3 more"):
+    with pytest.raises(ValueError, match=r"k must fit the free pages \(2\), got 5 tokens that need 3"):
         cache.append(s, torch.zeros(1, 5, 4), torch.zeros(1, 5, 4))
-    with pytest.raises(ValueError, match=r"k and v must both have shape \(H_kv, n, d\) = \(1, n, 4\), got k torch.float32 \(1, 2, 3\)"):
+    with pytest.raises(ValueError, match=r"k must be floating \(1, n, 4\) on cpu, as k, got torch.float32 \(1, 2, 3\)"):
         cache.append(s, torch.zeros(1, 2, 3), torch.zeros(1, 2, 3))
     with pytest.raises(ValueError, match=r"page_size must be an int >= 1, got 0"):
         PagedKVCache(n_pages=2, page_size=0, n_kv_heads=1, d_head=4)
-    with pytest.raises(ValueError, match=r"q must have shape \(B, H, 1, d\) with B = len\(seqs\) = 1, d = 4 and H a "
-                                         r"multiple of H_kv = 1, got torch.float32 \(2, 1, 1, 4\)"):
+    with pytest.raises(ValueError, match=r"q must be \(len\(seqs\), k \* 1, 1, 4\) torch.float32 on cpu, "
+                                         r"got torch.float32 \(2, 1, 1, 4\)"):
         paged_decode(torch.zeros(2, 1, 1, 4), cache, [s])
 
 
@@ -93,23 +93,23 @@ def test_paged_cache_bad_input_is_named():
     cache = PagedKVCache(n_pages=4, page_size=2, n_kv_heads=2, d_head=4)
     s = cache.add_sequence()
     x = torch.zeros(2, 3, 4)
-    with pytest.raises(TypeError, match=r"dtype must be a floating torch.dtype, got torch.int64"):
+    with pytest.raises(TypeError, match=r"dtype must be floating, got torch.int64"):
         PagedKVCache(n_pages=2, page_size=2, n_kv_heads=1, d_head=4, dtype=torch.int64)
-    with pytest.raises(TypeError, match=r"v must be a floating tensor on the pool's device cpu, got torch.int64"):
+    with pytest.raises(ValueError, match=r"v must be floating \(2, n, 4\) on cpu, as k, got torch.int64"):
         cache.append(s, x, x.long())
-    with pytest.raises(TypeError, match=r"k must be a floating tensor on the pool's device cpu, got torch.float32 \(2, 3, 4\) on meta"):
+    with pytest.raises(ValueError, match=r"k must be floating \(2, n, 4\) on cpu, as k, got torch.float32 \(2, 3, 4\) on meta"):
         cache.append(s, x.to("meta"), x)
     cache.append(s, x, x)
     q = torch.zeros(1, 4, 1, 4)
-    with pytest.raises(TypeError, match=r"cache must be a PagedKVCache, got dict"):
+    with pytest.raises(ValueError, match=r"seqs must be live ids of the cache, got \[0\] in <class .dict.>"):
         paged_decode(q, {}, [s])
-    with pytest.raises(ValueError, match=r"seqs must be a list of live sequence ids \[0\], got \[7\]"):
+    with pytest.raises(ValueError, match=r"seqs must be live ids of the cache, got \[7\] in <class .*PagedKVCache.>"):
         paged_decode(q, cache, [7])
-    with pytest.raises(ValueError, match=r"H a multiple of H_kv = 2, got torch.float32 \(1, 3, 1, 4\)"):
+    with pytest.raises(ValueError, match=r"q must be \(len\(seqs\), k \* 2, 1, 4\) .*, got torch.float32 \(1, 3, 1, 4\)"):
         paged_decode(torch.zeros(1, 3, 1, 4), cache, [s])
-    with pytest.raises(TypeError, match=r"q must have the cache's dtype torch.float32 on cpu, got torch.float64"):
+    with pytest.raises(ValueError, match=r"q must be .* torch.float32 on cpu, got torch.float64"):
         paged_decode(q.double(), cache, [s])
-    with pytest.raises(TypeError, match=r"q must have the cache.s dtype torch.float32 on cpu, got torch.float32 \(1, 4, 1, 4\) on meta"):
+    with pytest.raises(ValueError, match=r"q must be .* torch.float32 on cpu, got torch.float32 \(1, 4, 1, 4\) on meta"):
         paged_decode(q.to("meta"), cache, [s])
 
 
@@ -138,11 +138,11 @@ def test_ragged_triangle_sits_at_each_sequences_real_tokens():
     left = ragged_causal_mask([2], 4, padding="left")[0, 0]
     assert right.int().tolist() == [[1, 0, 0, 0], [1, 1, 0, 0], [0, 0, 0, 0], [0, 0, 0, 0]]
     assert left.int().tolist() == [[0, 0, 0, 0], [0, 0, 0, 0], [0, 0, 1, 0], [0, 0, 1, 1]]
-    with pytest.raises(ValueError, match=r"padding must be 'left' or 'right', got 'middle'"):
+    with pytest.raises(ValueError, match=r"padding must be left or right, got middle"):
         ragged_causal_mask([2], 4, padding="middle")
-    with pytest.raises(ValueError, match=r"lengths\[1\] must be <= n = 4, got 5"):
+    with pytest.raises(ValueError, match=r"lengths must be a non-empty list of ints in \[0, n = 4\], got \[2, 5\]"):
         ragged_causal_mask([2, 5], 4)
-    with pytest.raises(ValueError, match=r"lengths\[0\] must be an int >= 0, got -1"):
+    with pytest.raises(ValueError, match=r"lengths must be a non-empty list of ints in \[0, n = 4\], got \[-1\]"):
         ragged_causal_mask([-1], 4)
 
 
@@ -167,16 +167,16 @@ def test_split_kv_survives_large_scores():
 
 def test_split_kv_bad_input():
     x = torch.zeros(1, 1, 3, 4)
-    with pytest.raises(ValueError, match=r"n_splits must be <= M = 3 so that no chunk is empty, got 4"):
+    with pytest.raises(ValueError, match=r"n_splits must be an int in \[1, M = 3\], got 4"):
         split_kv_attention(x, x, x, 4)
-    with pytest.raises(ValueError, match=r"k must be a floating tensor of shape \(B, H, length, d\), got torch.float32 \(3, 4\)"):
+    with pytest.raises(ValueError, match=r"k must be a floating \(B, H, L, d\) tensor like q, got torch.float32 \(3, 4\)"):
         split_kv_attention(x, x[0, 0], x, 1)
-    with pytest.raises(ValueError, match=r"q, k and v must be \(B, H, N, d\), \(B, H, M, d\) and \(B, H, M, d_v\), "
-                                         r"got q \(1, 1, 3, 4\), k \(2, 1, 3, 4\) and v \(1, 1, 3, 4\)"):
+    with pytest.raises(ValueError, match=r"k and v must fit q \(B, H, N, d\), "
+                                         r"got q \(1, 1, 3, 4\), k \(2, 1, 3, 4\), v \(1, 1, 3, 4\)"):
         split_kv_attention(x, torch.zeros(2, 1, 3, 4), x, 1)
-    with pytest.raises(TypeError, match=r"q, k and v must share one dtype and device, got torch.float32 .* torch.float64"):
+    with pytest.raises(ValueError, match=r"k must be a floating \(B, H, L, d\) tensor like q, got torch.float64"):
         split_kv_attention(x, x.double(), x, 1)
-    with pytest.raises(TypeError, match=r"q, k and v must share one dtype and device, .* on meta"):
+    with pytest.raises(ValueError, match=r"v must be .* like q, got .* on meta"):
         split_kv_attention(x, x, x.to("meta"), 1)
 
 
@@ -211,13 +211,13 @@ def test_a_perfect_draft_is_always_accepted():
 
 def test_speculative_bad_input():
     target, draft = _models()
-    with pytest.raises(ValueError, match=r"prompt must be a \(1, N0\) tensor of integer ids, got torch.int64 \(2, 3\)"):
+    with pytest.raises(ValueError, match=r"prompt must be \(1, N0\) integer ids, got torch.int64 \(2, 3\)"):
         speculative_generate(target, draft, torch.zeros(2, 3, dtype=torch.long), 4)
     with pytest.raises(ValueError, match=r"n_draft must be an int >= 1, got 0"):
         speculative_generate(target, draft, torch.zeros(1, 3, dtype=torch.long), 4, n_draft=0)
-    with pytest.raises(TypeError, match=r"draft must be a model \(a function from ids to logits\), got None"):
+    with pytest.raises(TypeError, match=r"target and draft must be models, got TinyDecoder and NoneType"):
         speculative_generate(target, None, torch.zeros(1, 3, dtype=torch.long), 4)
-    with pytest.raises(ValueError, match=r"prompt must be a \(1, N0\) tensor of integer ids, got torch.bool \(1, 3\)"):
+    with pytest.raises(ValueError, match=r"prompt must be \(1, N0\) integer ids, got torch.bool \(1, 3\)"):
         speculative_generate(target, draft, torch.zeros(1, 3, dtype=torch.bool), 4)
 
 

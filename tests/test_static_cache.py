@@ -80,25 +80,24 @@ def test_compiled_step_is_one_graph_with_no_recompiles():
 
 def test_validation_messages():
     model = tiny_model()
-    with pytest.raises(ValueError, match=r"max_len must be a positive int, got 0"):
+    with pytest.raises(ValueError, match=r"max_len must be an int >= 1, got 0"):
         StaticKVCache(1, 1, 1, 4, 0)
-    with pytest.raises(ValueError, match=r"batch must be a positive int, got -1"):
+    with pytest.raises(ValueError, match=r"batch must be an int >= 1, got -1"):
         StaticKVCache(1, -1, 1, 4, 8)
-    with pytest.raises(TypeError, match=r"prompt must be an int64 or int32 tensor of token ids, got torch.float32"):
+    with pytest.raises(ValueError, match=r"prompt must be \(B, N\) integer ids on cpu, got torch.float32"):
         generate_static(model, torch.zeros(1, 3), 2)
-    with pytest.raises(TypeError, match=r"prompt must be an int64 or int32 tensor of token ids, got list"):
+    with pytest.raises(ValueError, match=r"prompt must be \(B, N\) integer ids on cpu, got list"):
         generate_static(model, [1, 2], 2)
     with pytest.raises(ValueError, match=r"prompt must lie in \[0, vocab_size=37\), got ids from 0 to 37"):
         generate_static(model, torch.tensor([[0, 37]]), 2)
-    with pytest.raises(ValueError, match=r"n_new must be a non-negative int, got -1"):
+    with pytest.raises(ValueError, match=r"n_new must be an int >= 0, got -1"):
         generate_static(model, torch.zeros(1, 3, dtype=torch.long), -1)
-    with pytest.raises(TypeError, match=r"compile_options must be a dict or None, got list"):
+    with pytest.raises(ValueError, match=r"compile_options must be a dict, got list"):
         generate_static(model, torch.zeros(1, 3, dtype=torch.long), 2, compile_options=["eager"])
-    with pytest.raises(ValueError, match=r"n_new must keep N0 \+ n_new within the 40 positions of the model's "
-                                         r"position table, got n_new=38 after a prompt of N0=3"):
+    with pytest.raises(ValueError, match=r"n_new must keep N0 \+ n_new <= 40, got 41"):
         generate_static(model, torch.zeros(1, 3, dtype=torch.long), 38)
-    with pytest.raises(TypeError, match=r"model must be a decoder laid out like kv_cache.py's TinyDecoder "
-                                        r"\(with embed, pos, attn, norm1, norm2, mlp, norm, head\), got Linear"):
+    with pytest.raises(TypeError, match=r"model must have \('embed', 'pos', 'attn', 'norm1', 'norm2', 'mlp', "
+                                        r"'norm', 'head'\), got Linear"):
         generate_static(torch.nn.Linear(2, 2), torch.zeros(1, 3, dtype=torch.long), 2)
 
 
@@ -106,34 +105,34 @@ def test_cache_and_step_validation_messages():
     model = tiny_model()
     cache = StaticKVCache.for_model(model, 2, 8)
     tokens, positions = torch.zeros(2, 3, dtype=torch.long), torch.arange(3)
-    with pytest.raises(TypeError, match=r"dtype must be a floating torch.dtype, got torch.int64"):
+    with pytest.raises(TypeError, match=r"dtype must be floating, got torch.int64"):
         StaticKVCache(1, 1, 1, 4, 8, dtype=torch.int64)
-    with pytest.raises(TypeError, match=r"model must be a decoder laid out like kv_cache.py's TinyDecoder"):
+    with pytest.raises(TypeError, match=r"model must have \('embed', .*, got NoneType"):
         StaticKVCache.for_model(None, 1, 8)
-    with pytest.raises(TypeError, match=r"cache must be a StaticKVCache, got dict"):
+    with pytest.raises(ValueError, match=r"cache must be a StaticKVCache of 2 layers, got dict"):
         static_forward(model, {}, tokens, positions)
-    with pytest.raises(ValueError, match=r"cache must have one layer per attention layer of model \(2\), got 1"):
+    with pytest.raises(ValueError, match=r"cache must be a StaticKVCache of 2 layers, got 1"):
         static_forward(model, StaticKVCache(1, 2, 2, 8, 8), tokens, positions)
-    with pytest.raises(ValueError, match=r"tokens must have the cache's batch size 2, got shape \(3, 3\)"):
+    with pytest.raises(ValueError, match=r"tokens must have batch size 2, got 3"):
         static_forward(model, cache, torch.zeros(3, 3, dtype=torch.long), positions)
-    with pytest.raises(ValueError, match=r"tokens must have shape \(B, N\) on the model's device cpu, got torch.int64 \(2, 3\) on meta"):
+    with pytest.raises(ValueError, match=r"tokens must be \(B, N\) integer ids on cpu, got torch.int64 \(2, 3\) on meta"):
         static_forward(model, cache, tokens.to("meta"), positions)
-    with pytest.raises(TypeError, match=r"positions must be an int64 tensor, got torch.float32"):
+    with pytest.raises(ValueError, match=r"positions must be int64 \(3,\) on cpu, got torch.float32"):
         static_forward(model, cache, tokens, positions.float())
-    with pytest.raises(ValueError, match=r"positions must have shape \(N,\), one per token \(N = 3\), on cpu, got torch.int64 \(4,\)"):
+    with pytest.raises(ValueError, match=r"positions must be int64 \(3,\) on cpu, got torch.int64 \(4,\)"):
         static_forward(model, cache, tokens, torch.arange(4))
-    with pytest.raises(ValueError, match=r"positions must have shape \(N,\), one per token \(N = 3\), on cpu, got torch.int64 \(3,\) on meta"):
+    with pytest.raises(ValueError, match=r"positions must be int64 \(3,\) on cpu, got torch.int64 \(3,\) on meta"):
         static_forward(model, cache, tokens, positions.to("meta"))
     k = torch.zeros(2, 2, 3, 8)
     with pytest.raises(ValueError, match=r"layer must be an int in \[0, 2\), got 2"):
         cache.write(2, positions, k, k)
-    with pytest.raises(TypeError, match=r"v must have the cache's dtype torch.float32 on cpu, got torch.float64 \(2, 2, 3, 8\) on cpu"):
+    with pytest.raises(ValueError, match=r"v must fit the cache: .* on cpu, got torch.float64 \(2, 2, 3, 8\) on cpu"):
         cache.write(0, positions, k, k.double())
-    with pytest.raises(ValueError, match=r"k and v must have shape \(B, H_kv, N, d\) = \(2, 2, N, 8\), got k \(2, 2, 3, 4\)"):
+    with pytest.raises(ValueError, match=r"k must fit the cache: \(2, 2, N, 8\) torch.float32 on cpu, got torch.float32 \(2, 2, 3, 4\)"):
         cache.write(0, positions, k[..., :4], k[..., :4])
-    with pytest.raises(ValueError, match=r"positions must have shape \(N,\), one per token \(N = 3\), on cpu, got torch.int64 \(2,\)"):
+    with pytest.raises(ValueError, match=r"positions must be int64 \(3,\) on cpu, got torch.int64 \(2,\)"):
         cache.write(0, positions[:2], k, k)
-    with pytest.raises(TypeError, match=r"positions must be an int64 tensor, got torch.int32"):
+    with pytest.raises(ValueError, match=r"positions must be int64 \(3,\) on cpu, got torch.int32"):
         cache.write(0, positions.int(), k, k)
-    with pytest.raises(ValueError, match=r"positions must have shape \(N,\), .* got torch.int64 \(1, 3\)"):
+    with pytest.raises(ValueError, match=r"positions must be int64 \(N,\) on None, got torch.int64 \(1, 3\)"):
         cache.mask(positions[None])

@@ -201,13 +201,13 @@ def test_online_softmax_block_error():
     "q, k, v, exc, match",
     [
         ([1.0], torch.randn(3, 4), torch.randn(3, 4), TypeError,
-         r"q must be a floating tensor \(\.\.\., length, width\), got list"),
+         r"q must be a floating tensor \(\.\.\., length, width\) like q, got list"),
         (torch.ones(3, 4, dtype=torch.long), torch.randn(3, 4), torch.randn(3, 4), TypeError,
          r"q must be a floating tensor .* got torch.int64 \(3, 4\)"),
         (torch.randn(4), torch.randn(3, 4), torch.randn(3, 4), TypeError,
          r"q must be a floating tensor .* got torch.float32 \(4,\)"),
         (torch.randn(3, 4), torch.randn(3, 4, dtype=torch.float64), torch.randn(3, 4), TypeError,
-         r"q, k and v must share one dtype and device"),
+         r"k must be a floating tensor \(\.\.\., length, width\) like q, got torch.float64"),
         (torch.randn(3, 4), torch.randn(3, 5), torch.randn(3, 4), ValueError,
          r"q, k and v must be \(\.\.\., N, d\), .* got q \(3, 4\), k \(3, 5\)"),
         (torch.randn(3, 4), torch.randn(3, 4), torch.randn(2, 4), ValueError,
@@ -257,9 +257,9 @@ def test_exercise_tile_memory():
 
 def test_errors_for_leading_dims_devices_scale_and_scores():
     q, k, v = torch.randn(2, 3, 5, 4), torch.randn(2, 2, 7, 4), torch.randn(2, 2, 7, 4)
-    with pytest.raises(ValueError, match=r"with leading dimensions that broadcast, got q \(2, 3, 5, 4\)"):
+    with pytest.raises(ValueError, match=r"with leading dims that broadcast, got q \(2, 3, 5, 4\)"):
         tiled_attention(q, k, v)
-    with pytest.raises(TypeError, match=r"q, k and v must share one dtype and device, .* on meta"):
+    with pytest.raises(TypeError, match=r"v must be a floating tensor .* like q, got .* on meta"):
         tiled_attention(q[:, :2], k, v.to("meta"))
     with pytest.raises(ValueError, match=r"scale must be a positive finite float or None, got '1'"):
         tiled_attention(q[:, :2], k, v, scale="1")

@@ -39,7 +39,7 @@ def kv_cache_bytes(batch: int, seq_len: int, n_layers: int, n_kv_heads: int,
                    d_head: int, dtype: torch.dtype = torch.float16) -> int:
     """2 (k and v) x B x M x layers x H_kv x d x bytes per element."""
     _check_kv_sizes(0, dtype, batch=batch, seq_len=seq_len, n_layers=n_layers,
-                n_kv_heads=n_kv_heads, d_head=d_head)
+                    n_kv_heads=n_kv_heads, d_head=d_head)
     return 2 * batch * seq_len * n_layers * n_kv_heads * d_head * dtype.itemsize
 # --8<-- [end:bytes]
 
@@ -79,7 +79,7 @@ class CachedSelfAttention(nn.Module):
 
     def forward(self, x: torch.Tensor, cache: KVCache | None = None, layer: int = 0):
         """Attend causally over the cached tokens and the N new ones."""
-        self._check_forward(x, cache, layer)
+        self._check_forward(x, cache)
         B, N, D = x.shape
         q = self.q_proj(x).view(B, N, self.n_heads, -1).transpose(1, 2)  # (B, H, N, d)
         k = self.k_proj(x).view(B, N, self.n_kv_heads, -1).transpose(1, 2)
@@ -118,12 +118,9 @@ class CachedSelfAttention(nn.Module):
         super().__init__()
         n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
         _check_kv_sizes(1, d_model=d_model, n_heads=n_heads, n_kv_heads=n_kv_heads)
-        if d_model % n_heads or n_heads % n_kv_heads:
-            raise ValueError(
-                f"d_model must be divisible by n_heads and n_kv_heads must divide "
-                f"n_heads, got d_model={d_model}, n_heads={n_heads} and "
-                f"n_kv_heads={n_kv_heads}"
-            )
+        _check_given(d_model % n_heads == 0 == n_heads % n_kv_heads, "n_heads",
+                     "divide d_model and n_kv_heads divide n_heads",
+                     f"d_model={d_model}, n_heads={n_heads}, n_kv_heads={n_kv_heads}")
         self.n_heads, self.n_kv_heads = n_heads, n_kv_heads
         self.d_head = d_model // n_heads
         self.q_proj = nn.Linear(d_model, d_model, bias=bias)
@@ -131,29 +128,16 @@ class CachedSelfAttention(nn.Module):
         self.v_proj = nn.Linear(d_model, n_kv_heads * self.d_head, bias=bias)
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)
 
-    def _check_forward(
-        self, x: torch.Tensor, cache: KVCache | None, layer: int
-    ) -> None:
-        """Refuse x of the wrong width, dtype or device, or a cache that misfits."""
+    def _check_forward(self, x: torch.Tensor, cache: KVCache | None) -> None:
+        """Refuse x of the wrong width, dtype or device, or a cache of another kind."""
         w = self.q_proj.weight
-        if not isinstance(x, torch.Tensor) or x.dim() != 3 or x.shape[-1] != w.shape[1]:
-            raise ValueError(
-                f"x must have shape (B, N, D) with D = {w.shape[1]}, got {_describe(x)}"
-            )
-        _check_module_input("x", x, w)
-        if cache is None:
-            return
-        if not isinstance(cache, KVCache):
-            raise TypeError(
-                f"cache must be a KVCache or None, got {type(cache).__name__}"
-            )
-        _check_layer(layer, len(cache.k))
-        buf = cache.k[layer]
-        if (buf.shape[0], buf.dtype, buf.device) != (x.shape[0], w.dtype, w.device):
-            raise ValueError(
-                f"cache must hold x's batch size B={x.shape[0]} in the module's "
-                f"dtype {w.dtype} on {w.device}, got {_describe(buf)}"
-            )
+        cast = torch.is_autocast_enabled(w.device.type)  # x's dtype may then differ
+        ok = isinstance(x, torch.Tensor) and x.dim() == 3 and x.shape[-1] == w.shape[1]
+        ok = ok and x.device == w.device and (x.dtype == w.dtype or cast)
+        want = f"be (B, N, {w.shape[1]}) {w.dtype} on {w.device}"
+        _check_given(ok, "x", want, _describe(x))
+        ok = cache is None or isinstance(cache, KVCache)
+        _check_given(ok, "cache", "be a KVCache", type(cache).__name__, TypeError)
 
     # --8<-- [end:attention_face]
 
@@ -206,13 +190,8 @@ class TinyDecoder(nn.Module):
             tokens ``(B, N)`` (int64) -> logits ``(B, N, V)``.
         """
         super().__init__()
-        _check_kv_sizes(
-            1,
-            vocab_size=vocab_size,
-            d_model=d_model,
-            n_layers=n_layers,
-            max_len=max_len,
-        )
+        _check_kv_sizes(1, vocab_size=vocab_size, d_model=d_model, n_layers=n_layers,
+                        max_len=max_len)
         self.max_len = max_len
         self.embed = nn.Embedding(vocab_size, d_model)
         self.pos = nn.Embedding(max_len, d_model)
@@ -247,20 +226,9 @@ class TinyDecoder(nn.Module):
 
     def _check_forward(self, tokens: torch.Tensor, cache: KVCache | None) -> None:
         """Refuse ids out of range and positions beyond the table."""
-        _check_prompt_ids(
-            "tokens", tokens, self.embed.num_embeddings, self.embed.weight.device
-        )
-        if cache is not None and not isinstance(cache, KVCache):
-            raise TypeError(
-                f"cache must be a KVCache or None, got {type(cache).__name__}"
-            )
-        start = cache.seq_len() if cache is not None else 0
-        if start + tokens.shape[1] > self.max_len:
-            raise ValueError(
-                f"tokens must fit the position table: positions run to "
-                f"{start + tokens.shape[1]}, beyond max_len={self.max_len}; "
-                f"got N={tokens.shape[1]} after {start} cached"
-            )
+        _check_prompt_ids("tokens", tokens, self.embed.num_embeddings, self.head.weight)
+        end = tokens.shape[1] + (cache.seq_len() if cache is not None else 0)
+        _check_given(end <= self.max_len, "tokens", f"end by {self.max_len}", end)
 
     # --8<-- [end:decoder_face]
 
@@ -308,16 +276,9 @@ class KVCache:
         dtype: torch.dtype = torch.float32,
         device: torch.device | str | None = None,
     ) -> None:
-        _check_kv_sizes(
-            1,
-            n_layers=n_layers,
-            batch=batch,
-            n_kv_heads=n_kv_heads,
-            d_head=d_head,
-            max_len=max_len,
-        )
-        if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
-            raise TypeError(f"dtype must be a floating torch.dtype, got {dtype!r}")
+        _check_kv_sizes(1, dtype, n_layers=n_layers, batch=batch, n_kv_heads=n_kv_heads,
+                        d_head=d_head, max_len=max_len)
+        _check_given(dtype.is_floating_point, "dtype", "be floating", dtype, TypeError)
         shape = (batch, n_kv_heads, max_len, d_head)
         self.k = [
             torch.zeros(shape, dtype=dtype, device=device) for _ in range(n_layers)
@@ -351,14 +312,12 @@ class KVCache:
             ``(k_all, v_all)``, views of shape ``(B, H_kv, M, d)`` with
             M = previous length + N.
         """
-        _check_layer(layer, len(self.k))
+        _check_given(isinstance(layer, int) and 0 <= layer < len(self.k), "layer",
+                     f"be an int in [0, {len(self.k)})", repr(layer))
         _check_new_kv(k, v, self.k[layer])
         start, n = self.lengths[layer], k.shape[-2]
-        if start + n > self.max_len:
-            raise ValueError(
-                f"k and v do not fit: the cache holds max_len={self.max_len} "
-                f"tokens; layer {layer} has {start} and got {n} more"
-            )
+        _check_given(start + n <= self.max_len, "k", f"end by max_len={self.max_len}",
+                     f"{n} tokens after {start}")
         self.lengths[layer] = start + n
         return cache_append(self.k[layer], self.v[layer], start, k, v)
 
@@ -379,10 +338,9 @@ def generate(
     Returns:
         ``(B, N0 + n_new)`` token ids.
     """
-    if not isinstance(model, TinyDecoder):
-        raise TypeError(f"model must be a TinyDecoder, got {type(model).__name__}")
-    vocab, device = model.embed.num_embeddings, model.head.weight.device
-    _check_prompt_ids("prompt", prompt, vocab, device)
+    _check_given(isinstance(model, TinyDecoder), "model", "be a TinyDecoder",
+                 type(model).__name__, TypeError)
+    _check_prompt_ids("prompt", prompt, model.embed.num_embeddings, model.head.weight)
     _check_kv_sizes(0, n_new=n_new)
     if use_cache:
         cache = model.new_cache(prompt.shape[0], prompt.shape[1] + n_new)
@@ -399,67 +357,39 @@ def _describe(t: object) -> str:
     return type(t).__name__
 
 
-def _check_kv_sizes(minimum: int, dtype: object = torch.float32, **values: int) -> None:
-    if not isinstance(dtype, torch.dtype):
-        raise TypeError(f"dtype must be a torch.dtype, got {type(dtype).__name__}")
+def _check_given(ok: object, name: str, want: str, got: object, error=ValueError):
+    """Raise error("<name> must <want>, got <got>") unless ok."""
+    if not ok:
+        raise error(f"{name} must {want}, got {got}")
+
+
+def _check_kv_sizes(minimum: int, dtype: object = torch.float32, **values: object):
+    """Refuse a non-dtype dtype, or sizes that are not ints >= minimum."""
+    _check_given(isinstance(dtype, torch.dtype), "dtype", "be a torch.dtype", dtype)
     for name, value in values.items():
-        if not isinstance(value, int) or value < minimum:
-            raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
+        ok = isinstance(value, int) and value >= minimum
+        _check_given(ok, name, f"be an int >= {minimum}", repr(value))
 
 
-def _check_module_input(name: str, t: torch.Tensor, weight: torch.Tensor) -> None:
-    """Refuse t off the module's device, or (outside autocast) of another dtype."""
-    autocast = torch.amp.is_autocast_available(
-        t.device.type
-    ) and torch.is_autocast_enabled(t.device.type)
-    if t.device != weight.device or (t.dtype != weight.dtype and not autocast):
-        raise TypeError(
-            f"{name} must have the module's dtype {weight.dtype} on "
-            f"{weight.device}, got {t.dtype} on {t.device}"
-        )
-
-
-def _check_prompt_ids(name: str, ids: object, vocab_size: int, device) -> None:
-    """Refuse anything but a (B, N) integer tensor of ids in [0, vocab_size)."""
-    if not isinstance(ids, torch.Tensor) or ids.dtype not in (torch.int64, torch.int32):
-        got = ids.dtype if isinstance(ids, torch.Tensor) else type(ids).__name__
-        raise TypeError(
-            f"{name} must be an int64 or int32 tensor of token ids, got {got}"
-        )
-    if ids.dim() != 2 or ids.device != device:
-        raise ValueError(
-            f"{name} must have shape (B, N) on the model's device {device}, "
-            f"got {_describe(ids)}"
-        )
+def _check_prompt_ids(name: str, ids: object, vocab_size: int, like: torch.Tensor):
+    """Refuse anything but (B, N) integer ids in [0, vocab_size) on like's device."""
+    ok = isinstance(ids, torch.Tensor) and ids.dtype in (torch.int64, torch.int32)
+    ok = ok and ids.dim() == 2 and ids.device == like.device
+    _check_given(ok, name, f"be (B, N) integer ids on {like.device}", _describe(ids))
     if bool(((ids < 0) | (ids >= vocab_size)).any()):  # one sync
-        raise ValueError(
-            f"{name} must lie in [0, vocab_size={vocab_size}), "
-            f"got ids from {int(ids.min())} to {int(ids.max())}"
-        )
-
-
-def _check_layer(layer: object, n_layers: int) -> None:
-    if not isinstance(layer, int) or not 0 <= layer < n_layers:
-        raise ValueError(f"layer must be an int in [0, {n_layers}), got {layer!r}")
+        raise ValueError(f"{name} must lie in [0, vocab_size={vocab_size}), "
+                         f"got ids from {int(ids.min())} to {int(ids.max())}")
 
 
 def _check_new_kv(k: object, v: object, buffer: torch.Tensor) -> None:
     """Refuse k and v that are not (B, H_kv, N, d) tensors fitting the buffer."""
     b, h, _, d = buffer.shape
     for name, t in (("k", k), ("v", v)):
-        if not isinstance(t, torch.Tensor) or (t.dtype, t.device) != (
-            buffer.dtype,
-            buffer.device,
-        ):
-            raise TypeError(
-                f"{name} must have the cache's dtype {buffer.dtype} on "
-                f"{buffer.device}, got {_describe(t)}"
-            )
-    if k.dim() != 4 or k.shape[:2] != (b, h) or k.shape[-1] != d or v.shape != k.shape:
-        raise ValueError(
-            f"k and v must have shape (B, H_kv, N, d) = ({b}, {h}, N, {d}), "
-            f"got k {tuple(k.shape)} and v {tuple(v.shape)}"
-        )
+        ok = isinstance(t, torch.Tensor) and t.dim() == 4 and t.shape[2] == k.shape[2]
+        ok = ok and (*t.shape[:2], t.shape[3], t.dtype, t.device) == (
+            b, h, d, buffer.dtype, buffer.device)
+        want = f"fit the cache: ({b}, {h}, N, {d}) {buffer.dtype} on {buffer.device}"
+        _check_given(ok, name, want, _describe(t))
 
 
 # --8<-- [end:face]

@@ -74,52 +74,49 @@ def evict(cache: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
 
 
 # --8<-- [start:validate]
-def _check_keep(scores_sum: torch.Tensor, budget: int, recent: int) -> None:
-    if not isinstance(scores_sum, torch.Tensor) or scores_sum.dim() != 3 \
-            or not scores_sum.is_floating_point():
-        got = f"{scores_sum.dtype} {tuple(scores_sum.shape)}" \
-            if isinstance(scores_sum, torch.Tensor) else type(scores_sum).__name__
-        raise ValueError(f"scores_sum must be a floating (B, H, T) tensor, got {got}")
-    if not isinstance(budget, int) or budget < 1:
-        raise ValueError(f"budget must be an int >= 1, got {budget!r}")
-    if not isinstance(recent, int) or not 0 <= recent <= budget:
-        raise ValueError(f"recent must be an int in [0, budget = {budget}], "
-                         f"got {recent!r}")
+def _describe(t: object) -> str:
+    if isinstance(t, torch.Tensor):
+        return f"{t.dtype} {tuple(t.shape)} on {t.device}"
+    return type(t).__name__
+
+
+def _check_given(ok: object, name: str, want: str, got: object, error=ValueError):
+    """Raise error("<name> must <want>, got <got>") unless ok."""
+    if not ok:
+        raise error(f"{name} must {want}, got {got}")
+
+
+def _check_keep(s: torch.Tensor, budget: int, recent: int) -> None:
+    ok = isinstance(s, torch.Tensor) and s.dim() == 3 and s.is_floating_point()
+    _check_given(ok, "scores_sum", "be a floating (B, H, T) tensor", _describe(s))
+    ok = isinstance(budget, int) and budget >= 1
+    _check_given(ok, "budget", "be an int >= 1", repr(budget))
+    ok = isinstance(recent, int) and 0 <= recent <= budget
+    _check_given(ok, "recent", f"be an int in [0, budget = {budget}]", repr(recent))
 
 
 def _check_snapkv(q_window, k, budget, pool) -> None:
     for name, t in (("q_window", q_window), ("k", k)):
-        if not isinstance(t, torch.Tensor) or t.dim() != 4 or not t.is_floating_point():
-            got = f"{t.dtype} {tuple(t.shape)}" if isinstance(t, torch.Tensor) \
-                else type(t).__name__
-            raise ValueError(f"{name} must be a floating (B, H, L, d) tensor, "
-                             f"got {got}")
-    if q_window.shape[:2] != k.shape[:2] or q_window.shape[-1] != k.shape[-1] \
-            or q_window.shape[-2] > k.shape[-2] or q_window.dtype != k.dtype \
-            or q_window.device != k.device:
-        raise ValueError(f"q_window must be (B, H, w, d) with w <= T and k's B, H, d, "
-                         f"dtype and device, got {tuple(q_window.shape)} "
-                         f"{q_window.dtype} on {q_window.device} for k "
-                         f"{tuple(k.shape)} {k.dtype} on {k.device}")
-    if not isinstance(budget, int) or budget < q_window.shape[-2]:
-        raise ValueError(f"budget must be an int >= the window w = "
-                         f"{q_window.shape[-2]}, got {budget!r}")
-    if not isinstance(pool, int) or pool < 1 or pool % 2 == 0:
-        raise ValueError(f"pool must be an odd int >= 1, got {pool!r}")
+        ok = isinstance(t, torch.Tensor) and t.dim() == 4 and t.is_floating_point()
+        _check_given(ok, name, "be a floating (B, H, L, d) tensor", _describe(t))
+    w, like = q_window.shape[2], (*k.shape[:2], k.shape[3], k.dtype, k.device)
+    ok = w <= k.shape[2] and (*q_window.shape[:2], q_window.shape[3]) + (
+        q_window.dtype, q_window.device) == like
+    _check_given(ok, "q_window", f"be (B, H, w <= T, d) like k {_describe(k)}",
+                 _describe(q_window))
+    ok = isinstance(budget, int) and budget >= w
+    _check_given(ok, "budget", f"be an int >= the window w = {w}", repr(budget))
+    ok = isinstance(pool, int) and pool >= 1 and pool % 2 == 1
+    _check_given(ok, "pool", "be an odd int >= 1", repr(pool))
 
 
 def _check_evict(cache: torch.Tensor, keep: torch.Tensor) -> None:
-    if not isinstance(cache, torch.Tensor) or cache.dim() != 4:
-        got = tuple(cache.shape) if isinstance(cache, torch.Tensor) \
-            else type(cache).__name__
-        raise ValueError(f"cache must be (B, H, T, d), got {got}")
-    if not isinstance(keep, torch.Tensor) or keep.dtype != torch.int64 \
-            or keep.dim() != 3 or keep.shape[:2] != cache.shape[:2]:
-        got = f"{keep.dtype} {tuple(keep.shape)}" if isinstance(keep, torch.Tensor) \
-            else type(keep).__name__
-        raise ValueError(f"keep must be int64 (B, H, budget) with the cache's B, H "
-                         f"{tuple(cache.shape[:2])}, got {got}")
-    if keep.numel() and (keep.min() < 0 or keep.max() >= cache.shape[-2]):
-        raise ValueError(f"keep must index rows 0 .. {cache.shape[-2] - 1}, got "
-                         f"{int(keep.min())} .. {int(keep.max())}")
+    ok = isinstance(cache, torch.Tensor) and cache.dim() == 4
+    _check_given(ok, "cache", "be (B, H, T, d)", _describe(cache))
+    ok = isinstance(keep, torch.Tensor) and keep.dtype == torch.int64
+    ok = ok and keep.dim() == 3 and keep.shape[:2] == cache.shape[:2]
+    want = f"be int64 (B, H, budget) with B, H = {tuple(cache.shape[:2])}"
+    _check_given(ok, "keep", want, _describe(keep))
+    bad = keep[(keep < 0) | (keep >= cache.shape[2])].tolist()  # rows outside the cache
+    _check_given(not bad, "keep", f"index rows 0 .. {cache.shape[2] - 1}", bad)
 # --8<-- [end:validate]

@@ -75,21 +75,29 @@ def fp8_roundtrip(x: torch.Tensor) -> torch.Tensor:
 
 
 # --8<-- [start:validate]
+def _describe(t: object) -> str:
+    if isinstance(t, torch.Tensor):
+        return f"{t.dtype} {tuple(t.shape)} on {t.device}"
+    return type(t).__name__
+
+
+def _check_given(ok: object, name: str, want: str, got: object, error=ValueError):
+    """Raise error("<name> must <want>, got <got>") unless ok."""
+    if not ok:
+        raise error(f"{name} must {want}, got {got}")
+
+
 def _check_quantize(x: torch.Tensor, bits: int, name: str = "x") -> None:
-    if not isinstance(x, torch.Tensor) or not x.is_floating_point():
-        got = x.dtype if isinstance(x, torch.Tensor) else type(x).__name__
-        raise TypeError(f"{name} must be a floating tensor, got {got}")
-    if not isinstance(bits, int) or not 1 <= bits <= 16:
-        raise ValueError(f"bits must be an int in [1, 16], got {bits!r}")
+    ok = isinstance(x, torch.Tensor) and x.is_floating_point()
+    _check_given(ok, name, "be a floating tensor", _describe(x), TypeError)
+    ok = isinstance(bits, int) and 1 <= bits <= 16
+    _check_given(ok, "bits", "be an int in [1, 16]", repr(bits))
 
 
 def _check_kivi(x: torch.Tensor, group: int, name: str, bits: int) -> None:
     _check_quantize(x, bits, name)
-    if x.dim() < 2:
-        raise ValueError(f"{name} must be (..., T, d), got shape {tuple(x.shape)}")
-    if not isinstance(group, int) or group < 1:
-        raise ValueError(f"group must be an int >= 1, got {group!r}")
-    if name == "v" and x.shape[-1] % group:
-        raise ValueError(f"group must divide the head width d = {x.shape[-1]}, "
-                         f"got {group}")
+    _check_given(x.dim() >= 2, name, "be (..., T, d)", _describe(x))
+    ok = isinstance(group, int) and group >= 1
+    ok = ok and (name == "k" or x.shape[-1] % group == 0)  # v groups split d
+    _check_given(ok, "group", f"be an int >= 1 dividing d = {x.shape[-1]}", group)
 # --8<-- [end:validate]

@@ -205,53 +205,51 @@ def _dtype_and_shape(x: object) -> str:
     return type(x).__name__
 
 
+def _check_given(ok: object, name: str, want: str, got: object, error=ValueError):
+    """Raise error("<name> must <want>, got <got>") unless ok."""
+    if not ok:
+        raise error(f"{name} must {want}, got {got}")
+
+
 def _check_doc_lengths(lengths: list[int]) -> None:
-    if not lengths or any(not isinstance(n, int) or n < 1 for n in lengths):
-        raise ValueError(f"lengths must be a non-empty list of ints >= 1, "
-                         f"got {lengths!r}")
+    ok = len(lengths) > 0 and all(isinstance(n, int) and n >= 1 for n in lengths)
+    _check_given(ok, "lengths", "be a non-empty list of ints >= 1", repr(lengths))
 
 
 def _check_cu_seqlens(cu: torch.Tensor) -> None:
-    if not isinstance(cu, torch.Tensor) or cu.dim() != 1 or cu.is_floating_point() \
-            or cu.dtype == torch.bool or len(cu) < 2:
-        raise ValueError(f"cu_seqlens must be a 1-D integer tensor [0, ..., T], "
-                         f"got {_dtype_and_shape(cu)}")
-    if cu[0] != 0 or bool((cu[1:] <= cu[:-1]).any()):
-        raise ValueError(f"cu_seqlens must start at 0 and increase, got {cu.tolist()}")
+    ok = isinstance(cu, torch.Tensor) and cu.dim() == 1 and len(cu) >= 2
+    ok = ok and not cu.is_floating_point() and cu.dtype != torch.bool
+    _check_given(ok, "cu_seqlens", "be 1-D integers [0, ..., T]", _dtype_and_shape(cu))
+    ok = cu[0] == 0 and bool((cu[1:] > cu[:-1]).all())
+    _check_given(ok, "cu_seqlens", "start at 0 and increase", cu.tolist())
 
 
 def _check_window(window: int | None) -> None:
-    if window is not None and (not isinstance(window, int) or window < 1):
-        raise ValueError(f"window must be None or an int >= 1 (keys), got {window!r}")
+    ok = window is None or (isinstance(window, int) and window >= 1)
+    _check_given(ok, "window", "be None or an int >= 1 (keys)", repr(window))
 
 
 def _check_mask_args(doc: torch.Tensor, window: int | None) -> None:
-    if not isinstance(doc, torch.Tensor) or doc.dim() != 1 or doc.is_floating_point():
-        raise ValueError(f"doc must be a 1-D integer tensor of document ids, "
-                         f"got {_dtype_and_shape(doc)}")
+    ok = isinstance(doc, torch.Tensor) and doc.dim() == 1
+    ok = ok and not doc.is_floating_point()
+    _check_given(ok, "doc", "be 1-D integer document ids", _dtype_and_shape(doc))
     _check_window(window)
 
 
 def _check_packed(q, k, v, cu_seqlens, window, scale) -> None:
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(t, torch.Tensor) or not t.is_floating_point() or t.dim() != 3:
-            raise ValueError(f"{name} must be a floating tensor (T, H, d), "
-                             f"got {_dtype_and_shape(t)}")
-        if t.dtype != q.dtype or t.device != q.device:
-            raise ValueError(f"{name} must match q's dtype {q.dtype} and device "
-                             f"{q.device}, got {t.dtype} on {t.device}")
-    if k.shape != q.shape or v.shape[:2] != q.shape[:2]:
-        raise ValueError(f"q, k and v must be (T, H, d) with one T and H, got q "
-                         f"{tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}")
-    if isinstance(cu_seqlens, torch.Tensor) and cu_seqlens.device != q.device:
-        raise ValueError(f"cu_seqlens must be on q's device {q.device}, "
-                         f"got {cu_seqlens.device}")
+    for name, t, fixed in (("q", q, 3), ("k", k, 3), ("v", v, 2)):  # v may be wider
+        ok = isinstance(t, torch.Tensor) and t.is_floating_point() and t.dim() == 3
+        ok = ok and t.shape[:fixed] == q.shape[:fixed] and (t.dtype, t.device) == (
+            q.dtype, q.device)
+        _check_given(ok, name, "be floating (T, H, d) like q", _dtype_and_shape(t))
+    got = getattr(cu_seqlens, "device", q.device)
+    _check_given(got == q.device, "cu_seqlens", f"be on {q.device}", got)
     _check_cu_seqlens(cu_seqlens)
-    if int(cu_seqlens[-1]) != q.shape[0]:
-        raise ValueError(f"cu_seqlens must end at T = {q.shape[0]}, "
-                         f"got {cu_seqlens.tolist()}")
+    ok = int(cu_seqlens[-1]) == q.shape[0]
+    _check_given(ok, "cu_seqlens", f"end at T = {q.shape[0]}", cu_seqlens.tolist())
     _check_window(window)
-    if scale is not None and not (math.isfinite(scale) and scale > 0):
-        raise ValueError(f"scale must be None or a positive finite number, "
-                         f"got {scale!r}")
+    ok = scale is None or (math.isfinite(scale) and scale > 0)
+    _check_given(ok, "scale", "be None or a positive finite number", repr(scale))
+
+
 # --8<-- [end:validate]

@@ -167,10 +167,9 @@ class PagedKVCache:
     def __init__(self, n_pages: int, page_size: int, n_kv_heads: int, d_head: int, *,
                  dtype: torch.dtype = torch.float32,
                  device: torch.device | str | None = None) -> None:
-        _check_ints_at_least(1, n_pages=n_pages, page_size=page_size, n_kv_heads=n_kv_heads,
-                      d_head=d_head)
-        if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
-            raise TypeError(f"dtype must be a floating torch.dtype, got {dtype!r}")
+        _check_kv_sizes(1, dtype, n_pages=n_pages, page_size=page_size,
+                        n_kv_heads=n_kv_heads, d_head=d_head)
+        _check_given(dtype.is_floating_point, "dtype", "be floating", dtype, TypeError)
         shape = (n_pages, n_kv_heads, page_size, d_head)
         self.k_pages = torch.zeros(shape, dtype=dtype, device=device)
         self.v_pages = torch.zeros(shape, dtype=dtype, device=device)
@@ -193,9 +192,8 @@ class PagedKVCache:
         _check_page_kv(k, v, self.k_pages)
         table, start, n = self.tables[seq], self.lengths[seq], k.shape[1]
         needed = math.ceil((start + n) / self.page_size) - len(table)
-        if needed > len(self.free_pages):
-            raise ValueError(f"the pool has {len(self.free_pages)} free pages; "
-                             f"sequence {seq} needs {needed} more")
+        _check_given(needed <= len(self.free_pages), "k", "fit the free pages "
+                     f"({len(self.free_pages)})", f"{n} tokens that need {needed}")
         table += [self.free_pages.pop(0) for _ in range(needed)]  # grow as needed
         dtype = self.k_pages.dtype
         paged_append(self.k_pages, self.v_pages, table, start, k.to(dtype), v.to(dtype))
@@ -220,9 +218,8 @@ class PagedKVCache:
         del self.lengths[seq]
 
     def _check_seq(self, seq: int) -> None:
-        if seq not in self.tables:
-            raise ValueError(f"seq must be the id of a live sequence "
-                             f"{sorted(self.tables)}, got {seq!r}")
+        ok = seq in self.tables
+        _check_given(ok, "seq", f"be a live sequence {sorted(self.tables)}", repr(seq))
 
 
 def paged_decode(q: torch.Tensor, cache: PagedKVCache, seqs: list[int]) -> torch.Tensor:
@@ -252,15 +249,7 @@ def ragged_causal_mask(lengths: list[int], n: int, *, padding: str = "right",
     Returns:
         ``(B, 1, n, n)`` boolean, True = may attend.
     """
-    if padding not in ("left", "right"):
-        raise ValueError(f"padding must be 'left' or 'right', got {padding!r}")
-    _check_ints_at_least(0, n=n)
-    if not isinstance(lengths, (list, tuple)) or not lengths:
-        raise ValueError(f"lengths must be a non-empty list of ints, got {lengths!r}")
-    _check_ints_at_least(0, **{f"lengths[{i}]": length for i, length in enumerate(lengths)})
-    if max(lengths) > n:
-        i = max(range(len(lengths)), key=lambda i: lengths[i])
-        raise ValueError(f"lengths[{i}] must be <= n = {n}, got {lengths[i]}")
+    _check_ragged(lengths, n, padding)
     return ragged_mask(torch.tensor(lengths, device=device), n, padding)
 
 
@@ -352,76 +341,74 @@ def _describe(t: object) -> str:
     return type(t).__name__
 
 
-def _check_ints_at_least(minimum: int, **values: object) -> None:
+def _check_given(ok: object, name: str, want: str, got: object, error=ValueError):
+    """Raise error("<name> must <want>, got <got>") unless ok."""
+    if not ok:
+        raise error(f"{name} must {want}, got {got}")
+
+
+def _check_kv_sizes(minimum: int, dtype: object = torch.float32, **values: object):
+    """Refuse a non-dtype dtype, or sizes that are not ints >= minimum."""
+    _check_given(isinstance(dtype, torch.dtype), "dtype", "be a torch.dtype", dtype)
     for name, value in values.items():
-        if not isinstance(value, int) or value < minimum:
-            raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
+        ok = isinstance(value, int) and value >= minimum
+        _check_given(ok, name, f"be an int >= {minimum}", repr(value))
 
 
 def _check_page_kv(k: object, v: object, pool: torch.Tensor) -> None:
     """Refuse k and v that are not floating (H_kv, n, d) tensors beside the pool."""
-    want = (pool.shape[1], pool.shape[3])
+    fits = (pool.shape[1], pool.shape[3], pool.device)
     for name, t in (("k", k), ("v", v)):
-        if not isinstance(t, torch.Tensor) or t.dim() != 3 or (t.shape[0], t.shape[2]) \
-                != want or t.shape != k.shape:
-            raise ValueError(f"k and v must both have shape (H_kv, n, d) = "
-                             f"({want[0]}, n, {want[1]}), got {name} {_describe(t)}")
-        if not t.is_floating_point() or t.device != pool.device:
-            raise TypeError(f"{name} must be a floating tensor on the pool's device "
-                            f"{pool.device}, got {_describe(t)}")
+        ok = isinstance(t, torch.Tensor) and t.is_floating_point() and t.dim() == 3
+        ok = ok and t.shape == k.shape and (t.shape[0], t.shape[2], t.device) == fits
+        want = "be floating ({}, n, {}) on {}, as k".format(*fits)
+        _check_given(ok, name, want, _describe(t))
 
 
 def _check_paged_decode(q: object, cache: object, seqs: object) -> None:
     """Refuse seqs that are not live, and q that is not one query per sequence."""
-    if not isinstance(cache, PagedKVCache):
-        raise TypeError(f"cache must be a PagedKVCache, got {type(cache).__name__}")
-    if not isinstance(seqs, (list, tuple)) or not all(s in cache.tables for s in seqs):
-        raise ValueError(f"seqs must be a list of live sequence ids "
-                         f"{sorted(cache.tables)}, got {seqs!r}")
-    pool = cache.k_pages
-    h_kv, d = pool.shape[1], pool.shape[3]
-    if not isinstance(q, torch.Tensor) or q.dim() != 4 or q.shape[0] != len(seqs) \
-            or q.shape[2] != 1 or q.shape[1] % h_kv or q.shape[3] != d:
-        raise ValueError(f"q must have shape (B, H, 1, d) with B = len(seqs) = "
-                         f"{len(seqs)}, d = {d} and H a multiple of H_kv = {h_kv}, "
-                         f"got {_describe(q)}")
-    if q.dtype != pool.dtype or q.device != pool.device:
-        raise TypeError(f"q must have the cache's dtype {pool.dtype} on {pool.device}, "
-                        f"got {_describe(q)}")
+    ok = isinstance(cache, PagedKVCache) and isinstance(seqs, (list, tuple))
+    ok = ok and all(s in cache.tables for s in seqs)
+    _check_given(ok, "seqs", "be live ids of the cache", f"{seqs} in {type(cache)}")
+    p = cache.k_pages  # (n_pages, H_kv, P, d)
+    ok = isinstance(q, torch.Tensor) and (q.dtype, q.device) == (p.dtype, p.device)
+    ok = ok and q.dim() == 4 and q.shape[2:] == (1, p.shape[3]) and len(q) == len(seqs)
+    want = f"be (len(seqs), k * {p.shape[1]}, 1, {p.shape[3]}) {p.dtype} on {p.device}"
+    _check_given(ok and q.shape[1] % p.shape[1] == 0, "q", want, _describe(q))
+
+
+def _check_ragged(lengths: object, n: object, padding: object) -> None:
+    _check_given(padding in ("left", "right"), "padding", "be left or right", padding)
+    _check_kv_sizes(0, n=n)
+    ok = isinstance(lengths, (list, tuple)) and len(lengths) > 0
+    ok = ok and all(isinstance(x, int) and 0 <= x <= n for x in lengths)
+    _check_given(ok, "lengths", f"be a non-empty list of ints in [0, n = {n}]", lengths)
 
 
 def _check_split_kv(q: object, k: object, v: object, n_splits: object) -> None:
     """Refuse q (B, H, N, d), k (B, H, M, d), v (B, H, M, d_v) that do not fit."""
     for name, t in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(t, torch.Tensor) or t.dim() != 4 or not t.is_floating_point():
-            raise ValueError(f"{name} must be a floating tensor of shape "
-                             f"(B, H, length, d), got {_describe(t)}")
-    if k.shape[:2] != q.shape[:2] or k.shape[-1] != q.shape[-1] or \
-            v.shape[:3] != k.shape[:3]:
-        raise ValueError(f"q, k and v must be (B, H, N, d), (B, H, M, d) and "
-                         f"(B, H, M, d_v), got q {tuple(q.shape)}, k {tuple(k.shape)} "
-                         f"and v {tuple(v.shape)}")
-    if not (q.dtype == k.dtype == v.dtype and q.device == k.device == v.device):
-        raise TypeError(f"q, k and v must share one dtype and device, got "
-                        f"{_describe(q)}, {_describe(k)} and {_describe(v)}")
-    _check_ints_at_least(1, n_splits=n_splits)
-    if n_splits > k.shape[-2]:
-        raise ValueError(f"n_splits must be <= M = {k.shape[-2]} so that no chunk is "
-                         f"empty, got {n_splits}")
+        ok = isinstance(t, torch.Tensor) and t.dim() == 4 and t.is_floating_point()
+        ok = ok and (t.dtype, t.device) == (q.dtype, q.device)
+        _check_given(ok, name, "be a floating (B, H, L, d) tensor like q", _describe(t))
+    ok = k.shape[:2] == q.shape[:2] == v.shape[:2] and k.shape[3] == q.shape[3]
+    got = f"q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
+    _check_given(ok and v.shape[2] == k.shape[2], "k and v", "fit q (B, H, N, d)", got)
+    ok = isinstance(n_splits, int) and 1 <= n_splits <= k.shape[2]
+    _check_given(ok, "n_splits", f"be an int in [1, M = {k.shape[2]}]", n_splits)
 
 
 def _check_speculative(target: object, draft: object, prompt: object, n_new: object,
                        n_draft: object) -> None:
     """Refuse anything but two models, a (1, N0) prompt of ids and two counts."""
-    for name, model in (("target", target), ("draft", draft)):
-        if not callable(model):
-            raise TypeError(f"{name} must be a model (a function from ids to logits), "
-                            f"got {model!r}")
-    ids = (torch.int64, torch.int32)
-    if not isinstance(prompt, torch.Tensor) or prompt.dim() != 2 or \
-            prompt.shape[0] != 1 or prompt.dtype not in ids:
-        raise ValueError(f"prompt must be a (1, N0) tensor of integer ids, "
-                         f"got {_describe(prompt)}")
-    _check_ints_at_least(0, n_new=n_new)
-    _check_ints_at_least(1, n_draft=n_draft)
+    ok = callable(target) and callable(draft)
+    got = f"{type(target).__name__} and {type(draft).__name__}"
+    _check_given(ok, "target and draft", "be models", got, TypeError)
+    ok = isinstance(prompt, torch.Tensor) and prompt.dtype in (torch.int64, torch.int32)
+    ok = ok and prompt.dim() == 2 and len(prompt) == 1
+    _check_given(ok, "prompt", "be (1, N0) integer ids", _describe(prompt))
+    _check_kv_sizes(0, n_new=n_new)
+    _check_kv_sizes(1, n_draft=n_draft)
+
+
 # --8<-- [end:face]

@@ -101,31 +101,38 @@ def attend_with_prefix(
 
 
 # --8<-- [start:validate]
+def _describe(t: object) -> str:
+    if isinstance(t, torch.Tensor):
+        return f"{t.dtype} {tuple(t.shape)} on {t.device}"
+    return type(t).__name__
+
+
+def _check_given(ok: object, name: str, want: str, got: object, error=ValueError):
+    """Raise error("<name> must <want>, got <got>") unless ok."""
+    if not ok:
+        raise error(f"{name} must {want}, got {got}")
+
+
 def _check_blocks(tokens: list[int], block_size: int) -> None:
-    if not isinstance(block_size, int) or block_size < 1:
-        raise ValueError(f"block_size must be an int >= 1, got {block_size!r}")
-    if not isinstance(tokens, (list, tuple)):
-        raise TypeError(f"tokens must be a list of ints, got {type(tokens).__name__}")
+    ok = isinstance(block_size, int) and block_size >= 1
+    _check_given(ok, "block_size", "be an int >= 1", repr(block_size))
+    ok = isinstance(tokens, (list, tuple))
+    _check_given(ok, "tokens", "be a list of ints", type(tokens).__name__, TypeError)
 
 
 def _check_reuse(q, k_new, v_new, k_prefix, v_prefix) -> None:
     named = {"q": q, "k_new": k_new, "v_new": v_new, "k_prefix": k_prefix,
              "v_prefix": v_prefix}
     for name, t in named.items():
-        if not isinstance(t, torch.Tensor) or t.dim() != 4 or t.dtype != q.dtype:
-            got = f"{t.dtype} {tuple(t.shape)}" if isinstance(t, torch.Tensor) \
-                else type(t).__name__
-            raise ValueError(f"{name} must be a (B, H, L, d) tensor of q's dtype, "
-                             f"got {got}")
-    if k_new.shape[:2] != q.shape[:2] or k_prefix.shape[:2] != q.shape[:2] \
-            or k_new.shape[-2] != q.shape[-2] or k_new.shape[-1] != q.shape[-1] \
-            or k_prefix.shape[-1] != q.shape[-1]:
-        raise ValueError(f"k_new must be {tuple(q.shape)} and k_prefix (B, H, P, d) "
-                         f"with q's B, H, d, got {tuple(k_new.shape)} and "
-                         f"{tuple(k_prefix.shape)}")
-    if v_new.shape[:-1] != k_new.shape[:-1] or v_new.shape[-1] != v_prefix.shape[-1] \
-            or v_prefix.shape[:-1] != k_prefix.shape[:-1]:
-        raise ValueError(f"v_new and v_prefix must match k_new and k_prefix but for "
-                         f"the width, got {tuple(v_new.shape)} and "
-                         f"{tuple(v_prefix.shape)}")
+        ok = isinstance(t, torch.Tensor) and t.dim() == 4
+        ok = ok and (t.dtype, t.device) == (q.dtype, q.device)
+        _check_given(ok, name, "be a (B, H, L, d) tensor like q", _describe(t))
+    ok = k_new.shape == q.shape and k_prefix.shape[:2] == q.shape[:2]
+    ok = ok and k_prefix.shape[3] == q.shape[3]
+    _check_given(ok, "k_new and k_prefix", f"be {tuple(q.shape)} and (B, H, P, d) as q",
+                 f"{tuple(k_new.shape)} and {tuple(k_prefix.shape)}")
+    ok = v_new.shape[:3] == k_new.shape[:3] and v_prefix.shape[:3] == k_prefix.shape[:3]
+    ok = ok and v_new.shape[3] == v_prefix.shape[3]
+    _check_given(ok, "v_new and v_prefix", "match k_new and k_prefix but for d",
+                 f"{tuple(v_new.shape)} and {tuple(v_prefix.shape)}")
 # --8<-- [end:validate]

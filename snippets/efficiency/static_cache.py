@@ -133,15 +133,9 @@ class StaticKVCache(nn.Module):
         device: torch.device | str | None = None,
     ) -> None:
         super().__init__()
-        _check_positive(
-            n_layers=n_layers,
-            batch=batch,
-            n_kv_heads=n_kv_heads,
-            d_head=d_head,
-            max_len=max_len,
-        )
-        if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
-            raise TypeError(f"dtype must be a floating torch.dtype, got {dtype!r}")
+        _check_kv_sizes(1, dtype, n_layers=n_layers, batch=batch, n_kv_heads=n_kv_heads,
+                        d_head=d_head, max_len=max_len)
+        _check_given(dtype.is_floating_point, "dtype", "be floating", dtype, TypeError)
         self.n_layers, self.max_len = n_layers, max_len
         for layer in range(n_layers):
             for kind in ("k", "v"):
@@ -171,10 +165,8 @@ class StaticKVCache(nn.Module):
         self, layer: int, positions: torch.Tensor, k: torch.Tensor, v: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Store k, v ``(B, H_kv, N, d)`` at positions ``(N,)``; return the buffers."""
-        if not isinstance(layer, int) or not 0 <= layer < self.n_layers:
-            raise ValueError(
-                f"layer must be an int in [0, {self.n_layers}), got {layer!r}"
-            )
+        _check_given(isinstance(layer, int) and 0 <= layer < self.n_layers, "layer",
+                     f"be an int in [0, {self.n_layers})", repr(layer))
         buf_k, buf_v = getattr(self, f"k_{layer}"), getattr(self, f"v_{layer}")
         _check_new_kv(k, v, buf_k)
         _check_step_positions(positions, k.shape[2], buf_k.device)
@@ -252,123 +244,73 @@ def _describe(t: object) -> str:
     return type(t).__name__
 
 
-def _check_positive(**values: object) -> None:
+def _check_given(ok: object, name: str, want: str, got: object, error=ValueError):
+    """Raise error("<name> must <want>, got <got>") unless ok."""
+    if not ok:
+        raise error(f"{name} must {want}, got {got}")
+
+
+def _check_kv_sizes(minimum: int, dtype: object = torch.float32, **values: object):
+    """Refuse a non-dtype dtype, or sizes that are not ints >= minimum."""
+    _check_given(isinstance(dtype, torch.dtype), "dtype", "be a torch.dtype", dtype)
     for name, value in values.items():
-        if not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be a positive int, got {value!r}")
+        ok = isinstance(value, int) and value >= minimum
+        _check_given(ok, name, f"be an int >= {minimum}", repr(value))
 
 
-def _check_decoder(model: object) -> None:
-    if not isinstance(model, nn.Module) or not all(
-        hasattr(model, p) for p in _DECODER_PARTS
-    ):
-        raise TypeError(
-            f"model must be a decoder laid out like kv_cache.py's TinyDecoder "
-            f"(with {', '.join(_DECODER_PARTS)}), got {type(model).__name__}"
-        )
-
-
-def _check_token_tensor(name: str, ids: object, device: torch.device) -> None:
-    """Refuse anything but a (B, N) integer tensor of ids on the model's device."""
-    if not isinstance(ids, torch.Tensor) or ids.dtype not in (torch.int64, torch.int32):
-        got = ids.dtype if isinstance(ids, torch.Tensor) else type(ids).__name__
-        raise TypeError(
-            f"{name} must be an int64 or int32 tensor of token ids, got {got}"
-        )
-    if ids.dim() != 2 or ids.device != device:
-        raise ValueError(
-            f"{name} must have shape (B, N) on the model's device {device}, "
-            f"got {_describe(ids)}"
-        )
+def _check_prompt_ids(name: str, ids: object, vocab_size: int, like: torch.Tensor):
+    """Refuse anything but (B, N) integer ids in [0, vocab_size) on like's device."""
+    ok = isinstance(ids, torch.Tensor) and ids.dtype in (torch.int64, torch.int32)
+    ok = ok and ids.dim() == 2 and ids.device == like.device
+    _check_given(ok, name, f"be (B, N) integer ids on {like.device}", _describe(ids))
+    if bool(((ids < 0) | (ids >= vocab_size)).any()):  # one sync
+        raise ValueError(f"{name} must lie in [0, vocab_size={vocab_size}), "
+                         f"got ids from {int(ids.min())} to {int(ids.max())}")
 
 
 def _check_new_kv(k: object, v: object, buffer: torch.Tensor) -> None:
     """Refuse k and v that are not (B, H_kv, N, d) tensors fitting the buffer."""
     b, h, _, d = buffer.shape
     for name, t in (("k", k), ("v", v)):
-        if not isinstance(t, torch.Tensor) or (t.dtype, t.device) != (
-            buffer.dtype,
-            buffer.device,
-        ):
-            raise TypeError(
-                f"{name} must have the cache's dtype {buffer.dtype} on "
-                f"{buffer.device}, got {_describe(t)}"
-            )
-    if k.dim() != 4 or k.shape[:2] != (b, h) or k.shape[-1] != d or v.shape != k.shape:
-        raise ValueError(
-            f"k and v must have shape (B, H_kv, N, d) = ({b}, {h}, N, {d}), "
-            f"got k {tuple(k.shape)} and v {tuple(v.shape)}"
-        )
+        ok = isinstance(t, torch.Tensor) and t.dim() == 4 and t.shape[2] == k.shape[2]
+        ok = ok and (*t.shape[:2], t.shape[3], t.dtype, t.device) == (
+            b, h, d, buffer.dtype, buffer.device)
+        want = f"fit the cache: ({b}, {h}, N, {d}) {buffer.dtype} on {buffer.device}"
+        _check_given(ok, name, want, _describe(t))
 
 
-def _check_step_positions(
-    positions: object, n: int | None = None, device: torch.device | None = None
-) -> None:
-    """Refuse positions that are not an int64 (N,) tensor beside the tokens."""
-    if not isinstance(positions, torch.Tensor) or positions.dtype != torch.int64:
-        got = (
-            positions.dtype
-            if isinstance(positions, torch.Tensor)
-            else type(positions).__name__
-        )
-        raise TypeError(f"positions must be an int64 tensor, got {got}")
-    if (
-        positions.dim() != 1
-        or positions.shape[0] != (n or positions.shape[0])
-        or positions.device != (device or positions.device)
-    ):
-        raise ValueError(
-            f"positions must have shape (N,), one per token (N = {n}), on "
-            f"{device}, got {_describe(positions)}"
-        )
+def _check_decoder(model: object) -> None:
+    ok = isinstance(model, nn.Module) and all(hasattr(model, p) for p in _DECODER_PARTS)
+    _check_given(ok, "model", f"have {_DECODER_PARTS}", type(model).__name__, TypeError)
 
 
-def _check_static_call(
-    model: nn.Module, cache: object, tokens: object, positions: object
-) -> None:
+def _check_step_positions(p: object, n: int | None = None, device=None) -> None:
+    """Refuse positions p that are not an int64 (N,) tensor beside the tokens."""
+    ok = isinstance(p, torch.Tensor) and p.dtype == torch.int64 and p.dim() == 1
+    ok = ok and len(p) == (n or len(p)) and p.device == (device or p.device)
+    _check_given(ok, "positions", f"be int64 ({n or 'N'},) on {device}", _describe(p))
+
+
+def _check_static_call(model: nn.Module, cache, tokens, positions) -> None:
     """Refuse a decoder, cache, (B, N) tokens and (N,) positions that do not fit."""
     _check_decoder(model)
-    if not isinstance(cache, StaticKVCache):
-        raise TypeError(f"cache must be a StaticKVCache, got {type(cache).__name__}")
-    if cache.n_layers != len(model.attn):
-        raise ValueError(
-            f"cache must have one layer per attention layer of model "
-            f"({len(model.attn)}), got {cache.n_layers}"
-        )
-    _check_token_tensor("tokens", tokens, model.head.weight.device)
-    if tokens.shape[0] != cache.k_0.shape[0]:
-        raise ValueError(
-            f"tokens must have the cache's batch size {cache.k_0.shape[0]}, "
-            f"got shape {tuple(tokens.shape)}"
-        )
+    ok = isinstance(cache, StaticKVCache) and cache.n_layers == len(model.attn)
+    got = getattr(cache, "n_layers", type(cache).__name__)
+    _check_given(ok, "cache", f"be a StaticKVCache of {len(model.attn)} layers", got)
+    _check_prompt_ids("tokens", tokens, model.embed.num_embeddings, model.head.weight)
+    ok = len(tokens) == len(cache.k_0)
+    _check_given(ok, "tokens", f"have batch size {len(cache.k_0)}", len(tokens))
     _check_step_positions(positions, tokens.shape[1], tokens.device)
 
 
-def _check_generate_static(
-    model: object, prompt: object, n_new: object, compile_options: object
-) -> None:
+def _check_generate_static(model, prompt, n_new, compile_options) -> None:
     _check_decoder(model)
-    _check_token_tensor("prompt", prompt, model.head.weight.device)
-    vocab = model.embed.num_embeddings
-    if bool(((prompt < 0) | (prompt >= vocab)).any()):  # one sync, before the loop
-        raise ValueError(
-            f"prompt must lie in [0, vocab_size={vocab}), "
-            f"got ids from {int(prompt.min())} to {int(prompt.max())}"
-        )
-    if not isinstance(n_new, int) or n_new < 0:
-        raise ValueError(f"n_new must be a non-negative int, got {n_new!r}")
-    if compile_options is not None and not isinstance(compile_options, dict):
-        raise TypeError(
-            f"compile_options must be a dict or None, "
-            f"got {type(compile_options).__name__}"
-        )
-    n_positions = model.pos.num_embeddings
-    if prompt.shape[1] + n_new > n_positions:
-        raise ValueError(
-            f"n_new must keep N0 + n_new within the {n_positions} positions of "
-            f"the model's position table, got n_new={n_new} after a prompt of "
-            f"N0={prompt.shape[1]}"
-        )
+    _check_prompt_ids("prompt", prompt, model.embed.num_embeddings, model.head.weight)
+    _check_kv_sizes(0, n_new=n_new)
+    ok = compile_options is None or isinstance(compile_options, dict)
+    _check_given(ok, "compile_options", "be a dict", type(compile_options).__name__)
+    end, n_pos = prompt.shape[1] + n_new, model.pos.num_embeddings
+    _check_given(end <= n_pos, "n_new", f"keep N0 + n_new <= {n_pos}", end)
 
 
 # --8<-- [end:face]

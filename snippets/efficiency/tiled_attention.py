@@ -107,9 +107,7 @@ def online_softmax(x: torch.Tensor, *, block_size: int = 1) -> torch.Tensor:
     Shape:
         ``(..., M) -> (..., M)``.
     """
-    if not isinstance(x, torch.Tensor) or not x.is_floating_point() or x.dim() < 1:
-        raise TypeError(f"x must be a floating tensor (..., M), got {_describe(x)}")
-    _check_tile_sizes(block_size=block_size)
+    _check_tile_sizes(x, block_size=block_size)
     return softmax_one_pass(x, block_size)
 
 
@@ -149,15 +147,8 @@ def tiled_attention(
     Shape:
         ``(B, H, N, d), (B, H, M, d), (B, H, M, d_v) -> (B, H, N, d_v)``.
     """
-    _check_tiled_qkv(q, k, v)
+    _check_tiled_qkv(q, k, v, scale, block_size_k, block_size_q)
     bq = max(q.shape[-2], 1) if block_size_q is None else block_size_q
-    _check_tile_sizes(block_size_k=block_size_k, block_size_q=bq)
-    if scale is not None and not (
-        isinstance(scale, (int, float)) and 0 < scale < math.inf
-    ):
-        raise ValueError(
-            f"scale must be a positive finite float or None, got {scale!r}"
-        )
     n, m_len = q.shape[-2], k.shape[-2]
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     acc = torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype
@@ -185,37 +176,41 @@ def _describe(t: object) -> str:
     return type(t).__name__
 
 
-def _check_tile_sizes(**sizes: object) -> None:
-    """Refuse a block size that is not a positive int: the loop would never end."""
+def _check_given(ok: object, name: str, want: str, got: object, error=ValueError):
+    """Raise error("<name> must <want>, got <got>") unless ok."""
+    if not ok:
+        raise error(f"{name} must {want}, got {got}")
+
+
+def _check_tile_sizes(x: object = None, **sizes: object) -> None:
+    """Refuse a block size that is not a positive int (the loop would never end)."""
+    ok = x is None or isinstance(x, torch.Tensor) and x.is_floating_point()
+    ok = ok and (x is None or x.dim() > 0)
+    _check_given(ok, "x", "be a floating tensor (..., M)", _describe(x), TypeError)
     for name, value in sizes.items():
-        if not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be a positive int, got {value!r}")
+        ok = isinstance(value, int) and value >= 1
+        _check_given(ok, name, "be a positive int", repr(value))
 
 
-def _check_tiled_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+def _check_tiled_qkv(q, k, v, scale, block_size_k, block_size_q) -> None:
     """Refuse q, k, v that cannot be attended together, naming what differs."""
     for name, t in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(t, torch.Tensor) or not t.is_floating_point() or t.dim() < 2:
-            raise TypeError(
-                f"{name} must be a floating tensor (..., length, width), "
-                f"got {_describe(t)}"
-            )
-    if not (q.dtype == k.dtype == v.dtype and q.device == k.device == v.device):
-        raise TypeError(
-            f"q, k and v must share one dtype and device, got {_describe(q)}, "
-            f"{_describe(k)} and {_describe(v)}"
-        )
+        ok = isinstance(t, torch.Tensor) and t.is_floating_point() and t.dim() >= 2
+        ok = ok and (t.dtype, t.device) == (q.dtype, q.device)
+        want = "be a floating tensor (..., length, width) like q"
+        _check_given(ok, name, want, _describe(t), TypeError)
     try:  # leading (batch, head) dimensions pair up as in torch.matmul
         torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
         fits = q.shape[-1] == k.shape[-1] and k.shape[-2] == v.shape[-2]
     except RuntimeError:
         fits = False
-    if not fits:
-        raise ValueError(
-            f"q, k and v must be (..., N, d), (..., M, d) and (..., M, d_v) "
-            f"with leading dimensions that broadcast, got q {tuple(q.shape)}, "
-            f"k {tuple(k.shape)} and v {tuple(v.shape)}"
-        )
+    want = "be (..., N, d), (..., M, d), (..., M, d_v) with leading dims that broadcast"
+    got = f"q {tuple(q.shape)}, k {tuple(k.shape)} and v {tuple(v.shape)}"
+    _check_given(fits, "q, k and v", want, got)
+    bq = 1 if block_size_q is None else block_size_q
+    _check_tile_sizes(block_size_k=block_size_k, block_size_q=bq)
+    ok = scale is None or (isinstance(scale, (int, float)) and 0 < scale < math.inf)
+    _check_given(ok, "scale", "be a positive finite float or None", repr(scale))
 
 
 # --8<-- [end:face]
