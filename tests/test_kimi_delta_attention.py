@@ -161,27 +161,27 @@ def test_gradients_pass_gradcheck():
 
 def test_bad_input_is_named():
     q, k, v, beta, g = _inputs(n=4)
-    with pytest.raises(ValueError, match=r"q must have shape \(B, H, N, d_k\), got \(2, 3, 4\)"):
+    with pytest.raises(TypeError, match=r"q must be a floating \(B, H, N, d_k\) tensor"):
         kda_recurrent(q[..., 0], k, v, beta, g)
-    with pytest.raises(ValueError, match=r"g must have shape \(2, 3, 4, 5\) to match q"):
+    with pytest.raises(TypeError, match=r"g must be a floating \(2, 3, 4, 5\) tensor on q's"):
         kda_chunked(q, k, v, beta, g[..., 0])
-    with pytest.raises(ValueError, match="beta must have shape"):
+    with pytest.raises(ValueError, match=r"beta must be a floating \(2, 3, 4\) tensor"):
         kda_recurrent(q, k, v, beta[..., :2], g)
-    with pytest.raises(ValueError, match="k must have shape"):
+    with pytest.raises(ValueError, match=r"k must be a floating \(2, 3, 4, 5\) tensor"):
         kda_recurrent(q, k[..., :3], v, beta, g)
-    with pytest.raises(ValueError, match="v must have shape"):
+    with pytest.raises(ValueError, match=r"v must be a floating \(2, 3, 4, d_v\) tensor"):
         kda_recurrent(q, k, v[:, :, :3], beta, g)
-    with pytest.raises(TypeError, match="beta must be floating point like q"):
+    with pytest.raises(ValueError, match="beta must be .* on q's device and dtype, got torch.float32"):
         kda_recurrent(q, k, v, beta.float(), g)
     with pytest.raises(ValueError, match="g holds log decays and must be <= 0, got"):
         kda_recurrent(q, k, v, beta, -g)
-    with pytest.raises(ValueError, match=r"state must have shape \(2, 3, 5, 4\) to match q"):
+    with pytest.raises(ValueError, match=r"state must be a floating \(2, 3, 5, 4\) tensor"):
         kda_chunked(q, k, v, beta, g, initial_state=torch.zeros(2, 3, 4, 5, dtype=torch.float64))
     with pytest.raises(ValueError, match="chunk_size must be an int >= 1, got 0"):
         kda_chunked(q, k, v, beta, g, chunk_size=0)
     with pytest.raises(ValueError, match="scale must be None or a finite number > 0"):
         kda_recurrent(q, k, v, beta, g, scale=-1.0)
-    with pytest.raises(ValueError, match=r"q must have shape \(B, H, d_k\)"):
+    with pytest.raises(TypeError, match=r"q must be a floating \(B, H, d_k\) tensor"):
         kda_step(q, k[:, :, 0], v[:, :, 0], beta[:, :, 0], g[:, :, 0],
                  torch.zeros(2, 3, 5, 4, dtype=torch.float64))
 

@@ -228,57 +228,48 @@ def group_sparse_attention(
 
 # --8<-- [start:checks]
 def _check_moba(q, k, v, block_size, top_k, scale):
-    """Self-attention shapes, one floating dtype and device, sizes >= 1."""
-    named = {"q": q, "k": k, "v": v}
-    got = {n: tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
-           for n, t in named.items()}
-    if not isinstance(q, torch.Tensor) or q.dim() != 4:
-        raise ValueError(f"q must have shape (B, H, N, d), got {got['q']}")
-    d_v = v.shape[-1] if isinstance(v, torch.Tensor) and v.dim() == 4 else -1
-    want = {"q": tuple(q.shape), "k": tuple(q.shape), "v": (*q.shape[:-1], d_v)}
-    for name, t in ((n, t) for n, t in named.items() if t is not None):
-        if got[name] != want[name]:
-            raise ValueError(f"{name} must have shape {want[name]} (self-attention, "
-                             f"like q {got['q']}; d_v free), got {got[name]}")
-        if not (t.is_floating_point() and t.dtype == q.dtype and t.device == q.device):
-            raise TypeError(f"{name} must be floating point like q ({q.dtype} on "
-                            f"{q.device}), got {t.dtype} on {t.device}")
-    for name, value in (("block_size", block_size), ("top_k", top_k)):
-        if not (isinstance(value, int) and value >= 1):
-            raise ValueError(f"{name} must be an int >= 1, got {value!r}")
-    finite = isinstance(scale, (int, float)) and 0 < scale < math.inf
-    if scale is not None and not finite:
-        raise ValueError(f"scale must be None or a finite number > 0, got {scale!r}")
+    """q, k (B, H, N, d) alike, v (B, H, N, d_v); sizes >= 1; scale > 0."""
+    _check_lin_tensor("q", q, ("B", "H", "N", "d"))
+    _check_lin_tensor("k", k, q.shape, ("q", q))
+    if v is not None:
+        _check_lin_tensor("v", v, (*q.shape[:-1], "d_v"), ("q", q))
+    _check_block_numbers(scale, block_size=(block_size, 1), top_k=(top_k, 1))
+
 
 def _check_group(index_q, index_k, q, k, v, block_size, top_k, local_blocks,
                  scale=None):
-    """Index branch shapes per group, GQA shapes when q, k, v come, sizes in range."""
-    named = {"index_q": index_q, "index_k": index_k, "q": q, "k": k, "v": v}
-    got = {n: tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
-           for n, t in named.items()}
-    if not isinstance(index_q, torch.Tensor) or index_q.dim() != 4:
-        raise ValueError(f"index_q must have shape (B, G, N, d_i), "
-                         f"got {got['index_q']}")
-    b, g, n, d_i = index_q.shape
-    d = q.shape[-1] if isinstance(q, torch.Tensor) and q.dim() == 4 else -1
-    h = q.shape[1] if isinstance(q, torch.Tensor) and q.dim() == 4 else -1
-    d_v = v.shape[-1] if isinstance(v, torch.Tensor) and v.dim() == 4 else -1
-    want = {"index_q": (b, g, n, d_i), "index_k": (b, 1, n, d_i), "q": (b, h, n, d),
-            "k": (b, g, n, d), "v": (b, g, n, d_v)}
-    for name, t in ((n, t) for n, t in named.items() if t is not None):
-        if got[name] != want[name] or (name == "q" and h % g):
-            raise ValueError(f"{name} must have shape {want[name]} for G = {g} groups "
-                             f"(H a multiple of G; d, d_v free), got {got[name]}")
-        if not (t.is_floating_point() and t.dtype == index_q.dtype
-                and t.device == index_q.device):
-            raise TypeError(f"{name} must be floating point like index_q "
-                            f"({index_q.dtype} on {index_q.device}), "
-                            f"got {t.dtype} on {t.device}")
-    for name, value, low in (("block_size", block_size, 1), ("top_k", top_k, 1),
-                             ("local_blocks", local_blocks, 0)):
+    """The index branch per group; q (B, H, N, d) with G dividing H; k, v per group."""
+    _check_lin_tensor("index_q", index_q, ("B", "G", "N", "d_i"))
+    (b, g, n, d_i), like = index_q.shape, ("index_q", index_q)
+    _check_lin_tensor("index_k", index_k, (b, 1, n, d_i), like)
+    if q is not None:
+        _check_lin_tensor("q", q, (b, "H", n, "d"), like)
+        _check_lin_tensor("k", k, (b, g, n, q.shape[-1]), like)
+        _check_lin_tensor("v", v, (b, g, n, "d_v"), like)
+        if q.shape[1] % g:
+            raise ValueError(f"q must have H a multiple of G = {g} groups, got H = "
+                             f"{q.shape[1]}")
+    _check_block_numbers(scale, block_size=(block_size, 1), top_k=(top_k, 1),
+                         local_blocks=(local_blocks, 0))
+
+
+def _check_block_numbers(scale, **sizes):
+    """Each size an int >= its floor; scale None or a finite number > 0."""
+    for name, (value, low) in sizes.items():
         if not (isinstance(value, int) and value >= low):
             raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
-    finite = isinstance(scale, (int, float)) and 0 < scale < math.inf
-    if scale is not None and not finite:
+    if scale is not None and not (math.isfinite(scale) and scale > 0):
         raise ValueError(f"scale must be None or a finite number > 0, got {scale!r}")
+
+
+def _check_lin_tensor(name, t, shape, like=None, dtype=True) -> None:
+    """A floating tensor of shape (a str: any size); like = (name, tensor) to match."""
+    peer, ref = like or (name, t)
+    ok = torch.is_tensor(t) and t.is_floating_point() and t.dim() == len(shape)
+    if not ok or any(w != s for w, s in zip(shape, t.shape) if isinstance(w, int)) or (
+            t.device != ref.device or dtype and t.dtype != ref.dtype):
+        got = f"{t.dtype} {tuple(t.shape)} on {t.device}" if torch.is_tensor(t) else t
+        raise (ValueError if ok else TypeError)(
+            f"{name} must be a floating ({', '.join(map(str, shape))}) tensor on "
+            f"{peer}'s device{' and dtype' if dtype else ''}, got {got}")
 # --8<-- [end:checks]

@@ -86,24 +86,28 @@ def generalised_delta_recurrent(
 
 # --8<-- [start:checks]
 def _check_generalised(r, k, v, w, a, b, state, scale):
-    """Shapes that pair up, one floating dtype and one device, w <= 0, scale > 0."""
-    named = {"r": r, "k": k, "v": v, "w": w, "a": a, "b": b, "initial_state": state}
-    got = {n: tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
-           for n, t in named.items()}
-    if not isinstance(r, torch.Tensor) or r.dim() != 4:
-        raise ValueError(f"r must have shape (B, H, N, d_k), got {got['r']}")
-    d_v = v.shape[-1] if isinstance(v, torch.Tensor) and v.dim() == 4 else -1
-    want = dict.fromkeys(("r", "k", "w", "a", "b"), tuple(r.shape))
-    want.update(v=(*r.shape[:-1], d_v), initial_state=(*r.shape[:2], r.shape[-1], d_v))
-    for name, t in ((n, t) for n, t in named.items() if t is not None):
-        if got[name] != want[name]:
-            raise ValueError(f"{name} must have shape {want[name]} to match r "
-                             f"{got['r']} (d_v free), got {got[name]}")
-        if not (t.is_floating_point() and t.dtype == r.dtype and t.device == r.device):
-            raise TypeError(f"{name} must be floating point like r ({r.dtype} on "
-                            f"{r.device}), got {t.dtype} on {t.device}")
-    if bool((w > 0).any()):
+    """r, k, w, a, b (B, H, N, d_k); v (B, H, N, d_v); w <= 0; scale > 0."""
+    _check_lin_tensor("r", r, ("B", "H", "N", "d_k"))
+    for name, t in (("k", k), ("w", w), ("a", a), ("b", b)):
+        _check_lin_tensor(name, t, r.shape, ("r", r))
+    _check_lin_tensor("v", v, (*r.shape[:-1], "d_v"), ("r", r))
+    if state is not None:
+        shape = (*r.shape[:2], r.shape[-1], v.shape[-1])
+        _check_lin_tensor("initial_state", state, shape, ("r", r))
+    if (w > 0).any():
         raise ValueError(f"w holds log decays and must be <= 0, got {w.max().item()}")
-    if not (isinstance(scale, (int, float)) and 0 < scale < math.inf):
+    if not (math.isfinite(scale) and scale > 0):
         raise ValueError(f"scale must be a finite number > 0, got {scale!r}")
+
+
+def _check_lin_tensor(name, t, shape, like=None, dtype=True) -> None:
+    """A floating tensor of shape (a str: any size); like = (name, tensor) to match."""
+    peer, ref = like or (name, t)
+    ok = torch.is_tensor(t) and t.is_floating_point() and t.dim() == len(shape)
+    if not ok or any(w != s for w, s in zip(shape, t.shape) if isinstance(w, int)) or (
+            t.device != ref.device or dtype and t.dtype != ref.dtype):
+        got = f"{t.dtype} {tuple(t.shape)} on {t.device}" if torch.is_tensor(t) else t
+        raise (ValueError if ok else TypeError)(
+            f"{name} must be a floating ({', '.join(map(str, shape))}) tensor on "
+            f"{peer}'s device{' and dtype' if dtype else ''}, got {got}")
 # --8<-- [end:checks]

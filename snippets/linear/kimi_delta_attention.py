@@ -196,28 +196,32 @@ def kda_chunked(
 
 # --8<-- [start:checks]
 def _check_kda(q, k, v, beta, g, *, state=None, scale=None, chunk=1, step=False):
-    """Shapes that pair up, one floating dtype and one device, a positive scale."""
-    named = {"q": q, "k": k, "v": v, "beta": beta, "g": g, "state": state}
-    got = {n: tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
-           for n, t in named.items()}
-    if not isinstance(q, torch.Tensor) or q.dim() != (3 if step else 4):
-        raise ValueError(f"q must have shape (B, H, {'' if step else 'N, '}d_k), "
-                         f"got {got['q']}")
-    d_v = v.shape[-1] if isinstance(v, torch.Tensor) and v.dim() == q.dim() else -1
-    want = {"q": q.shape, "k": q.shape, "v": (*q.shape[:-1], d_v), "beta": q.shape[:-1],
-            "g": q.shape, "state": (*q.shape[:2], q.shape[-1], d_v)}
-    for name, t in ((n, t) for n, t in named.items() if t is not None):
-        if got[name] != tuple(want[name]):
-            raise ValueError(f"{name} must have shape {tuple(want[name])} to match q "
-                             f"{got['q']} (d_v free), got {got[name]}")
-        if not (t.is_floating_point() and t.dtype == q.dtype and t.device == q.device):
-            raise TypeError(f"{name} must be floating point like q ({q.dtype} on "
-                            f"{q.device}), got {t.dtype} on {t.device}")
-    if bool((g > 0).any()):  # a growing state; e^(b_t - b_s) could overflow
+    """q, k, g (B, H, N, d_k); v (B, H, N, d_v); beta (B, H, N); g <= 0."""
+    _check_lin_tensor("q", q, ("B", "H", "d_k") if step else ("B", "H", "N", "d_k"))
+    lead, like = q.shape[:-1], ("q", q)
+    _check_lin_tensor("k", k, q.shape, like)
+    _check_lin_tensor("g", g, q.shape, like)
+    _check_lin_tensor("beta", beta, lead, like)
+    _check_lin_tensor("v", v, (*lead, "d_v"), like)
+    if state is not None:
+        shape = (*q.shape[:2], q.shape[-1], v.shape[-1])  # (B, H, d_k, d_v)
+        _check_lin_tensor("state", state, shape, like)
+    if (g > 0).any():  # a growing state; e^(b_t - b_s) could overflow
         raise ValueError(f"g holds log decays and must be <= 0, got {g.max().item()}")
-    finite = isinstance(scale, (int, float)) and 0 < scale < math.inf
-    if scale is not None and not finite:
+    if scale is not None and not (math.isfinite(scale) and scale > 0):
         raise ValueError(f"scale must be None or a finite number > 0, got {scale!r}")
     if not (isinstance(chunk, int) and chunk >= 1):
         raise ValueError(f"chunk_size must be an int >= 1, got {chunk!r}")
+
+
+def _check_lin_tensor(name, t, shape, like=None, dtype=True) -> None:
+    """A floating tensor of shape (a str: any size); like = (name, tensor) to match."""
+    peer, ref = like or (name, t)
+    ok = torch.is_tensor(t) and t.is_floating_point() and t.dim() == len(shape)
+    if not ok or any(w != s for w, s in zip(shape, t.shape) if isinstance(w, int)) or (
+            t.device != ref.device or dtype and t.dtype != ref.dtype):
+        got = f"{t.dtype} {tuple(t.shape)} on {t.device}" if torch.is_tensor(t) else t
+        raise (ValueError if ok else TypeError)(
+            f"{name} must be a floating ({', '.join(map(str, shape))}) tensor on "
+            f"{peer}'s device{' and dtype' if dtype else ''}, got {got}")
 # --8<-- [end:checks]
