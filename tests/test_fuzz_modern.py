@@ -137,9 +137,9 @@ def _decoder_attention_init(s):
 
 DECODER_INIT_SPECS = {
     "d_model": POS_INT, "n_heads": POS_INT, "n_kv_heads": Bad(0, 3, 2.5, True, "2"), "d_head": Bad(0, 2.5, True, "2"),
-    "qk_norm": Bad("layer", 3), "norm_eps": Bad(0.0, -1.0, "1e-6", None), "rope_base": Bad(1.0, "1e4", True),
+    "qk_norm": Bad("layer", 3), "rope_base": Bad(1.0, "1e4", True),
+    "norm_eps": Bad(0.0, -1.0, "1e-6", None, names=("eps",)),  # refused by the QK-norm's RMSNorm
     "rotary_dim": Bad(0, 3, 64, 2.5, "2"), "scale": Bad(0.0, -1.0, float("nan"), "1", True),
-    "attend": Bad(3, "sdpa"), "output_gate": Bad(3, "gate"),
 }
 
 
@@ -167,7 +167,7 @@ def _(s):
     init = {"attention": modern_block.DecoderAttention(d_model, 4, 2), "d_model": d_model, "d_ff": 3}
     return _module_calls(
         modern_block.DecoderLayer, init,
-        {"attention": NOT_A_MODULE, "d_model": POS_INT, "d_ff": POS_INT,
+        {"d_model": POS_INT, "d_ff": POS_INT,
          "norm_eps": Bad(0.0, "1e-6", None, names=("eps",))},
         lambda mod, **kw: mod(kw.pop("x"), **kw), {"x": r(s.b, s.n, d_model), "attn_mask": ones(s.n, s.n)},
         {"x": T(rank=3, tied=(1, -1), names=("attn_mask",)), "attn_mask": T(BOOL, tied=(0, 1), lead_fixed=True)},

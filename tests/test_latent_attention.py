@@ -331,13 +331,13 @@ def test_constructor_errors(kwargs, match):
 
 def test_forward_errors():
     m = make(dtype=torch.float32)
-    with pytest.raises(TypeError, match=r"x must be a floating tensor, got list"):
+    with pytest.raises(TypeError, match=r"x must be a float tensor, got \["):
         m([1.0])
-    with pytest.raises(TypeError, match=r"x must be a floating tensor, got torch.int64"):
+    with pytest.raises(TypeError, match=r"x must be a float tensor, got torch.int64"):
         m(torch.zeros(1, 2, 32, dtype=torch.long))
-    with pytest.raises(ValueError, match=r"x must have shape \(None, None, 32\), got \(1, 2, 31\)"):
+    with pytest.raises(ValueError, match=r"x must be \(None, None, 32\), .*got \(1, 2, 31\)"):
         m(torch.zeros(1, 2, 31))
-    with pytest.raises(TypeError, match=r"attn_mask must be a bool tensor \(True = may attend\), got torch.float32"):
+    with pytest.raises(TypeError, match=r"attn_mask must be bool, got torch.float32"):
         m(torch.zeros(1, 2, 32), attn_mask=torch.zeros(2, 2))
     with pytest.raises(ValueError, match=r"attn_mask must broadcast to \(1, 4, 2, 2\) on cpu, got \(3, 2\) on cpu"):
         m(torch.zeros(1, 2, 32), attn_mask=torch.ones(3, 2, dtype=torch.bool))
@@ -345,11 +345,11 @@ def test_forward_errors():
         m(torch.zeros(1, 2, 32), attn_mask=torch.ones(3, 1, 4, 2, 2, dtype=torch.bool))
     with pytest.raises(ValueError, match=r"attn_mask must broadcast to \(1, 4, 2, 2\) on cpu, got \(2, 2\) on meta"):
         m(torch.zeros(1, 2, 32), attn_mask=torch.ones(2, 2, dtype=torch.bool, device="meta"))
-    with pytest.raises(TypeError, match=r"x must have dtype torch.float32, got torch.float64"):
+    with pytest.raises(ValueError, match=r"x must be .*torch.float32 on cpu, got .*torch.float64 on cpu"):
         m(torch.zeros(1, 2, 32, dtype=torch.float64))
-    with pytest.raises(ValueError, match=r"x must be on cpu, got meta"):
+    with pytest.raises(ValueError, match=r"x must be .* on cpu, got .* on meta"):
         m(torch.zeros(1, 2, 32, device="meta"))
-    with pytest.raises(TypeError, match=r"cache must be a LatentCache or None, got dict"):
+    with pytest.raises(ValueError, match=r"cache must hold .*, got dict"):
         m(torch.zeros(1, 2, 32), cache={})
     with pytest.raises(ValueError, match=r"cache must hold \(B, d_c, d_R, dtype, device\) = \(1, 8, 4, torch.float32, "
                                          r"device\(type='cpu'\)\) like x \(see make_cache\), got \(2, 8, 4, "):
@@ -378,15 +378,15 @@ def test_helper_errors():
     with pytest.raises(TypeError, match=r"dtype must be a floating torch.dtype, got torch.int64"):
         LatentCache(1, 8, 4, 3, dtype=torch.int64)
     cache = LatentCache(2, 3, 2, 4)
-    with pytest.raises(TypeError, match=r"c must be a floating tensor, got list"):
+    with pytest.raises(TypeError, match=r"c must be a float tensor, got \["):
         cache.update([1.0], torch.zeros(2, 1, 2))
-    with pytest.raises(TypeError, match=r"k_rope must have dtype torch.float32, got torch.float64"):
+    with pytest.raises(ValueError, match=r"k_rope must be .*torch.float32 on cpu, got .*torch.float64 on cpu"):
         cache.update(torch.zeros(2, 1, 3), torch.zeros(2, 1, 2, dtype=torch.float64))
-    with pytest.raises(ValueError, match=r"c must be on cpu, got meta"):
+    with pytest.raises(ValueError, match=r"c must be .* on cpu, got .* on meta"):
         cache.update(torch.zeros(2, 1, 3, device="meta"), torch.zeros(2, 1, 2))
-    with pytest.raises(ValueError, match=r"k_rope must have shape \(2, 1, 2\), got \(2, 1, 3\)"):
+    with pytest.raises(ValueError, match=r"k_rope must be \(2, 1, 2\), .*got \(2, 1, 3\)"):
         cache.update(torch.zeros(2, 1, 3), torch.zeros(2, 1, 3))
-    with pytest.raises(ValueError, match=r"k_rope must have shape \(2, 2, 2\), got \(2, 1, 2\)"):
+    with pytest.raises(ValueError, match=r"k_rope must be \(2, 2, 2\), .*got \(2, 1, 2\)"):
         cache.update(torch.zeros(2, 2, 3), torch.zeros(2, 1, 2))
     assert cache.seq_len == 0  # the refused updates wrote nothing
     with pytest.raises(ValueError, match=r"kv_lora_rank must be an int >= 1, got 0"):

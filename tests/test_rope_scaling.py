@@ -384,72 +384,68 @@ def test_bidirectional_nope_cannot_tell_order_but_causal_nope_can():
 
 
 def test_validation_messages():
-    with pytest.raises(ValueError, match=r"d_rot must be even \(dimensions rotate in pairs\), got 7"):
+    with pytest.raises(ValueError, match=r"d_rot must be an even int >= 2, got 7"):
         rope_frequencies(7)
-    with pytest.raises(ValueError, match=r"d_rot must be an int >= 2, got 0"):
+    with pytest.raises(ValueError, match=r"d_rot must be an even int >= 2, got 0"):
         rope_frequencies(0)
     with pytest.raises(ValueError, match=r"base must be a finite number > 1.0, got 1.0"):
         rope_frequencies(8, 1.0)
     with pytest.raises(ValueError, match=r"partial_rotary_factor must be a number in \(0, 1\], got 1.5"):
         rotary_dims(64, 1.5)
-    with pytest.raises(ValueError, match=r"even number of rotated dimensions >= 2, got int\(10 \* 0.3\) = 3"):
+    with pytest.raises(ValueError, match=r"int\(d_head \* partial_rotary_factor\) = int\(10 \* 0.3\) must be an even int >= 2, got 3"):
         rotary_dims(10, 0.3)
     with pytest.raises(ValueError, match=r"rope_type must be one of \['default', 'linear', 'dynamic', 'yarn', "
                                          r"'llama3'\], got 'longrope'"):
         rope_inv_freq(64, rope_type="longrope")
     with pytest.raises(ValueError, match=r"factor must be a finite number >= 1.0, got 0.5"):
         rope_inv_freq(64, rope_type="linear", factor=0.5)
-    with pytest.raises(ValueError, match=r"rope_type 'yarn' needs original_max_position_embeddings \(L\), got None"):
+    with pytest.raises(ValueError, match=r"original_max_position_embeddings must be an int >= 1, got None"):
         rope_inv_freq(64, rope_type="yarn", factor=4.0)
     with pytest.raises(ValueError, match=r"original_max_position_embeddings must be an int >= 1, got 0"):
         rope_inv_freq(64, rope_type="llama3", factor=4.0, original_max_position_embeddings=0)
-    with pytest.raises(ValueError, match=r"seq_len must be an int >= 0, got -3"):
-        rope_inv_freq(64, seq_len=-3)
     with pytest.raises(ValueError, match=r"attention_factor must be a finite number > 0.0, got -1.0"):
         rope_inv_freq(64, attention_factor=-1.0)
     with pytest.raises(ValueError, match=r"beta_fast must be a finite number >= 32.0, got 8.0"):
         yarn_ramp(64, 10000.0, 128, beta_fast=8.0, beta_slow=32.0)
     with pytest.raises(ValueError, match=r"high_freq_factor must be a finite number >= 4.0, got 1.0"):
         llama3_scaling(rope_frequencies(8), 8.0, low_freq_factor=4.0, high_freq_factor=1.0)
-    with pytest.raises(TypeError, match=r"inv_freq must be a torch.Tensor, got list"):
+    with pytest.raises(ValueError, match=r"inv_freq must be a tensor \(floating dtype, rank in \(1,\)\) on one device, got \[1.0\]"):
         linear_scaling([1.0], 2.0)
-    with pytest.raises(ValueError, match=r"d_rot must be an int >= 4, got 2"):
+    with pytest.raises(ValueError, match=r"d_rot must be an even int >= 4, got 2"):
         ntk_aware_base(10000.0, 2.0, 2)
-    with pytest.raises(ValueError, match=r"d_rot must be even \(dimensions rotate in pairs\), got 5"):
+    with pytest.raises(ValueError, match=r"d_rot must be an even int >= 4, got 5"):
         ntk_aware_base(10000.0, 2.0, 5)
-    with pytest.raises(ValueError, match=r"d_rot must be even \(dimensions rotate in pairs\), got 7"):
+    with pytest.raises(ValueError, match=r"d_rot must be an even int >= 4, got 7"):
         dynamic_ntk_base(10000.0, 2.0, 64, 16, 7)
-    with pytest.raises(ValueError, match=r"inv_freq must be a floating \(r/2,\) tensor, got torch.int64 of shape \(4,\)"):
+    with pytest.raises(ValueError, match=r"inv_freq must be a tensor \(floating .*, got torch.int64 \(4,\)"):
         linear_scaling(torch.arange(4), 2.0)
-    with pytest.raises(ValueError, match=r"inv_freq must be a floating \(r/2,\) tensor, got torch.float32 of shape \(2, 2\)"):
+    with pytest.raises(ValueError, match=r"inv_freq must be a tensor \(floating .*, got torch.float32 \(2, 2\)"):
         llama3_scaling(torch.ones(2, 2), 8.0, original_length=64)
     with pytest.raises(ValueError, match=r"mscale must be a finite number >= 0.0, got -1.0"):
         yarn_attention_factor(4.0, -1.0, 1.0)
     with pytest.raises(ValueError, match=r"mscale_all_dim must be a finite number >= 0.0, got '1'"):
         yarn_attention_factor(4.0, 1.0, "1")
-    with pytest.raises(ValueError, match=r"mscale must be a finite number >= 0.0, got True"):
-        rope_inv_freq(64, rope_type="yarn", factor=4.0, original_max_position_embeddings=64, mscale=True)
 
 
 def test_apply_validation_messages():
     x = _x(n=4, d=8)
     cos, sin = rotary_angles(rope_frequencies(4), torch.arange(4))
-    with pytest.raises(ValueError, match=r"positions must be a real \(N,\) or \(B, N\) tensor, got dtype torch.bool"):
+    with pytest.raises(ValueError, match=r"positions must be a tensor \(real dtype, rank in \(1, 2\)\) .*got torch.bool"):
         rotary_angles(rope_frequencies(4), torch.ones(4, dtype=torch.bool))
-    with pytest.raises(ValueError, match=r"inv_freq must be a floating \(r/2,\) tensor, got torch.float32 of shape \(2, 2\)"):
+    with pytest.raises(ValueError, match=r"inv_freq must be a tensor \(floating .*, got torch.float32 \(2, 2\)"):
         rotary_angles(torch.ones(2, 2), torch.arange(4))
-    with pytest.raises(ValueError, match=r"inv_freq must be a floating \(r/2,\) tensor, got torch.bool of shape \(2,\)"):
+    with pytest.raises(ValueError, match=r"inv_freq must be a tensor \(floating .*, got torch.bool \(2,\)"):
         rotary_angles(torch.ones(2, dtype=torch.bool), torch.arange(4))
-    with pytest.raises(ValueError, match=r"cos must be a floating tensor, got torch.int64"):
+    with pytest.raises(ValueError, match=r"cos must be a tensor \(floating .*, got torch.int64"):
         apply_partial_rotary(x, cos.long(), sin)
-    with pytest.raises(ValueError, match=r"sin must be on the device of x cpu, got meta"):
+    with pytest.raises(ValueError, match=r"sin must be .* on cpu, got .* on meta"):
         apply_partial_rotary(x, cos, sin.to("meta"))
     bcos, bsin = rotary_angles(rope_frequencies(4), torch.zeros(3, 4, dtype=torch.long))
     with pytest.raises(ValueError, match=r"with B=2, N=4 and r <= d=8, got \(3, 4, 2\) and \(3, 4, 2\)"):
         apply_partial_rotary(x, bcos, bsin)
-    with pytest.raises(TypeError, match=r"x must be a torch.Tensor, got NoneType"):
+    with pytest.raises(ValueError, match=r"x must be a tensor \(floating .*, got None"):
         apply_partial_rotary(None, cos, sin)
-    with pytest.raises(ValueError, match=r"x must be a floating \(B, H, N, d\) tensor, got torch.int64"):
+    with pytest.raises(ValueError, match=r"x must be a tensor \(floating dtype, rank in \(4,\)\) .*got torch.int64"):
         apply_partial_rotary(x.long(), cos, sin)
     with pytest.raises(ValueError, match=r"cos and sin must both be \(N, r/2\) or \(B, N, r/2\) with B=2, N=3 and r <= d=8"):
         apply_partial_rotary(x[..., :3, :], cos, sin)
@@ -458,15 +454,15 @@ def test_apply_validation_messages():
     rope = ScaledRotaryEmbedding(8)
     with pytest.raises(ValueError, match=r"offset must be an int >= 0, got -1"):
         rope(x, x, offset=-1)
-    with pytest.raises(ValueError, match=r"q may not be longer than k, got N=4 and M=2"):
+    with pytest.raises(ValueError, match=r"must have N <= M and d = 8, got \(2, 3, 4, 8\) and \(2, 3, 2, 8\)"):
         rope(x, x[..., :2, :])
-    with pytest.raises(ValueError, match=r"q and k must have last dimension d=8, got 6 and 8"):
+    with pytest.raises(ValueError, match=r"must have N <= M and d = 8, got \(2, 3, 4, 6\) and"):
         rope(x[..., :6], x)
-    with pytest.raises(TypeError, match=r"q must be a torch.Tensor, got list"):
+    with pytest.raises(ValueError, match=r"q must be a tensor \(floating .*, got \[1.0\]"):
         rope([1.0], x)
-    with pytest.raises(ValueError, match=r"k must be a floating \(B, H, length, d\) tensor, got torch.float64 of shape \(4, 8\)"):
+    with pytest.raises(ValueError, match=r"k must be a tensor \(floating dtype, rank in \(4,\)\) .*got torch.float64 \(4, 8\)"):
         rope(x, x[0, 0])
-    with pytest.raises(ValueError, match=r"k must be on the module's device cpu, got meta"):
+    with pytest.raises(ValueError, match=r"k must be .* on cpu, got .* on meta"):
         rope(x, x.to("meta"))
     with pytest.raises(ValueError, match=r"bos_id must be an int >= 0, got '0'"):
         nope_positions(torch.tensor([[0, 1, 2]]), bos_id="0")
@@ -475,7 +471,7 @@ def test_apply_validation_messages():
         nope_positions(torch.tensor([[1, 0, 2]]), bos_id=0)
     with pytest.raises(ValueError, match=r"got 2 of 2 rows starting with it and 1 more of it later"):
         nope_positions(torch.tensor([[0, 1, 2], [0, 0, 2]]), bos_id=0)
-    with pytest.raises(ValueError, match=r"tokens must be an integer \(B, N\) tensor, got torch.float32"):
+    with pytest.raises(ValueError, match=r"tokens must be a tensor \(integer dtype, rank in \(2,\)\) .*got torch.float32"):
         nope_positions(torch.zeros(1, 3), bos_id=0)
 
 

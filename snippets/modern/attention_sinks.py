@@ -60,35 +60,35 @@ def _check_num(name: str, value: object, low: float = 0.0, optional=True) -> Non
         raise ValueError(f"{name} must be a finite number > {low}, got {value!r}")
 
 
-def _check_float_tensor(name: str, t: object, shape: tuple, like=None, dtype=True):
-    """A floating tensor of ``shape`` (None: any size) on like's device (and dtype)."""
+def _check_float_tensor(name: str, t: object, shape, like=None, dtype=True) -> None:
+    """A float tensor of ``shape`` (None: any size; an int d: (..., d)) like ``like``.
+
+    ``like`` fixes the device and, unless ``dtype`` is False or autocast is on,
+    the dtype.
+    """
     if not isinstance(t, torch.Tensor) or not t.is_floating_point():
-        got = t.dtype if isinstance(t, torch.Tensor) else type(t).__name__
-        raise TypeError(f"{name} must be a floating tensor, got {got}")
-    if t.dim() != len(shape) or any(s not in (None, n) for s, n in zip(shape, t.shape)):
-        raise ValueError(f"{name} must have shape {shape}, got {tuple(t.shape)}")
-    if like is not None and t.device != like.device:
-        raise ValueError(f"{name} must be on {like.device}, got {t.device}")
-    cast = torch.amp.is_autocast_available(t.device.type) and torch.is_autocast_enabled(
-        t.device.type
-    )
-    if like is not None and dtype and t.dtype != like.dtype and not cast:
-        raise TypeError(f"{name} must have dtype {like.dtype}, got {t.dtype}")
+        raise TypeError(f"{name} must be a float tensor, got {getattr(t, 'dtype', t)}")
+    shape = (None,) * (t.dim() - 1) + (shape,) if isinstance(shape, int) else shape
+    like, kind = t if like is None else like, t.device.type
+    cast = torch.amp.is_autocast_available(kind) and torch.is_autocast_enabled(kind)
+    fits = t.dim() == len(shape) and all(s in (None, n) for s, n in zip(shape, t.shape))
+    same = t.device == like.device and (t.dtype == like.dtype or not dtype or cast)
+    if not fits or not same:
+        raise ValueError(f"{name} must be {shape}, {like.dtype if dtype else 'float'}"
+                         f" on {like.device}, got {tuple(t.shape)}, {t.dtype} on "
+                         f"{t.device}")
 
 
 def _check_bool_mask(name: str, mask: object, shape: tuple, device) -> None:
-    """None, or a boolean mask that broadcasts to ``shape`` without enlarging it."""
+    """None, or a bool mask (True = may attend) on device that broadcasts to shape."""
     if mask is None:
         return
     if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
-        got = mask.dtype if isinstance(mask, torch.Tensor) else type(mask).__name__
-        raise TypeError(f"{name} must be a bool tensor (True = may attend), got {got}")
-    try:
-        fits = torch.broadcast_shapes(mask.shape, shape) == torch.Size(shape)
-    except RuntimeError:
-        fits = False
+        raise TypeError(f"{name} must be bool, got {getattr(mask, 'dtype', mask)}")
+    fits = mask.dim() <= len(shape) and all(
+        a in (1, b) for a, b in zip(mask.shape[::-1], shape[::-1]))
     if not fits or mask.device != device:
-        raise ValueError(f"{name} must broadcast to {tuple(shape)} on {device}, got "
+        raise ValueError(f"{name} must broadcast to {shape} on {device}, got "
                          f"{tuple(mask.shape)} on {mask.device}")
 
 
@@ -285,8 +285,7 @@ def sink_window_mask(
     if not all(isinstance(a, int) and a >= 0 for a in (n_queries, n_keys, n_sink)) \
             or n_queries > n_keys:
         raise ValueError(f"n_queries, n_keys and n_sink must be ints >= 0 with "
-                         f"n_queries <= n_keys, got {n_queries!r}, {n_keys!r}, "
-                         f"{n_sink!r}")
+                         f"n_queries <= n_keys, got {(n_queries, n_keys, n_sink)}")
     query_pos = torch.arange(n_keys - n_queries, n_keys, device=device)  # (N,)
     key_pos = torch.arange(n_keys, device=device)  # (M,)
     return streaming_mask(query_pos, key_pos, n_sink, window)
@@ -337,10 +336,8 @@ class SinkCache:
 
     def _check_update(self, k: torch.Tensor, v: torch.Tensor) -> None:
         old_k, old_v = self.keys, self.values
-        k_shape = (None,) * 4
-        if old_k is not None:
-            k_shape = (*old_k.shape[:2], None, old_k.shape[3])
-        _check_float_tensor("k", k, k_shape, like=old_k)
+        b, h, _, d = (None,) * 4 if old_k is None else old_k.shape
+        _check_float_tensor("k", k, (b, h, None, d), like=old_k)
         v_shape = (*k.shape[:3], None if old_v is None else old_v.shape[3])
         _check_float_tensor("v", v, v_shape, like=k)
 
@@ -390,9 +387,8 @@ def streaming_attention(
     """
     _check_attend_args(q, k, v, None, None)
     if q.shape[-2] != k.shape[-2] or positions not in ("cache", "original"):
-        raise ValueError(f"q and k must have one length N and positions must be "
-                         f"'cache' or 'original', got {q.shape[-2]}, {k.shape[-2]}, "
-                         f"{positions!r}")
+        raise ValueError(f"q and k must have one length N and positions be 'cache' or "
+                         f"'original', got {q.shape[-2]}, {k.shape[-2]}, {positions!r}")
     _check_num("base", base, 1.0, optional=False)
     acc = torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype
     renumber = positions == "cache"

@@ -33,26 +33,14 @@ __all__ = [
 
 
 # --8<-- [start:validate]
-def _check_cache_int(name: str, value: object, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
+KINDS = ("full_attention", "sliding_attention", "chunked_attention", "linear_attention")
 
 
-def _check_cache_kinds(layer_types: object) -> None:
-    if not isinstance(layer_types, (list, tuple)):
-        raise TypeError(
-            "layer_types must be a list of layer kinds, got "
-            f"{type(layer_types).__name__}"
-        )
-    kinds = (
-        "full_attention",
-        "sliding_attention",
-        "chunked_attention",
-        "linear_attention",
-    )
-    for i, kind in enumerate(layer_types):
-        if kind not in kinds:
-            raise ValueError(f"layer_types[{i}] must be one of {kinds}, got {kind!r}")
+def _check_cache_ints(minimum: int, **values: object) -> None:
+    """Every value is an int >= minimum."""
+    for name, value in values.items():
+        if not isinstance(value, int) or value < minimum:
+            raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
 
 
 # --8<-- [end:validate]
@@ -65,10 +53,8 @@ def mha_cache_elements(n_kv_heads: int, d_k: int, d_v: int | None = None) -> int
     ``n_kv_heads * (d_k + d_v)``: multi-head attention with ``n_kv_heads = H``,
     grouped-query with ``H_kv``, multi-query with 1. ``d_v`` defaults to ``d_k``.
     """
-    _check_cache_int("n_kv_heads", n_kv_heads, 1)
-    _check_cache_int("d_k", d_k, 1)
     d_v = d_k if d_v is None else d_v
-    _check_cache_int("d_v", d_v, 1)
+    _check_cache_ints(1, n_kv_heads=n_kv_heads, d_k=d_k, d_v=d_v)
     return n_kv_heads * (d_k + d_v)
 
 
@@ -78,8 +64,8 @@ def mla_cache_elements(kv_lora_rank: int, rope_dim: int) -> int:
     The latent ``c`` and the one rotary key shared by all heads; no head count
     appears. DeepSeek-V3 and Kimi K2: 512 + 64 = 576.
     """
-    _check_cache_int("kv_lora_rank", kv_lora_rank, 1)
-    _check_cache_int("rope_dim", rope_dim, 0)
+    _check_cache_ints(1, kv_lora_rank=kv_lora_rank)
+    _check_cache_ints(0, rope_dim=rope_dim)
     return kv_lora_rank + rope_dim
 
 
@@ -97,30 +83,18 @@ def cached_tokens(
     start of its chunk; serving code allocates the whole chunk);
     ``linear_attention``: none (a fixed-size recurrent state, not a cache).
     """
-    _check_cache_int("seq_len", seq_len, 0)
+    _check_cache_ints(0, seq_len=seq_len)
     if kind == "full_attention":
         return seq_len
     if kind == "sliding_attention":
-        if window is None:
-            raise ValueError(
-                "window must be given for a sliding_attention layer, got None"
-            )
-        _check_cache_int("window", window, 1)
+        _check_cache_ints(1, window=window)  # None: the window was not given
         return min(seq_len, window)
     if kind == "chunked_attention":
-        if chunk is None:
-            raise ValueError(
-                "chunk must be given for a chunked_attention layer, got None"
-            )
-        _check_cache_int("chunk", chunk, 1)
+        _check_cache_ints(1, chunk=chunk)
         return min(seq_len, chunk)
     if kind == "linear_attention":
         return 0
-    raise ValueError(
-        "kind must be one of 'full_attention', 'sliding_attention', "
-        "'chunked_attention', "
-        f"'linear_attention', got {kind!r}"
-    )
+    raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
 
 
 # --8<-- [end:cached_tokens]
@@ -154,10 +128,12 @@ def model_cache_bytes(
     Returns:
         The size in bytes, an int.
     """
-    _check_cache_kinds(layer_types)
-    _check_cache_int("elements_per_token", elements_per_token, 1)
-    _check_cache_int("batch", batch, 0)
-    _check_cache_int("bytes_per_element", bytes_per_element, 1)
+    if not isinstance(layer_types, (list, tuple)) or not all(
+            kind in KINDS for kind in layer_types):
+        raise ValueError(f"layer_types must be a list of {KINDS}, got {layer_types!r}")
+    _check_cache_ints(1, elements_per_token=elements_per_token,
+                      bytes_per_element=bytes_per_element)
+    _check_cache_ints(0, batch=batch)
     tokens = sum(
         cached_tokens(kind, seq_len, window=window, chunk=chunk) for kind in layer_types
     )

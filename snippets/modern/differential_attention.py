@@ -70,11 +70,10 @@ class DifferentialAttention(nn.Module):
     def __init__(self, d_model: int, n_heads: int, *, lambda_init: float = 0.8,
                  causal: bool = True, eps: float = 1e-5) -> None:
         super().__init__()
-        if d_model % (2 * n_heads):
+        if d_model % (2 * n_heads) or not 0.0 <= lambda_init < 1.0:
             raise ValueError(f"d_model must be divisible by 2 * n_heads = "
-                             f"{2 * n_heads}, got d_model={d_model}")
-        if not 0.0 <= lambda_init < 1.0:
-            raise ValueError(f"lambda_init must be in [0, 1), got {lambda_init!r}")
+                             f"{2 * n_heads} and lambda_init in [0, 1), got d_model="
+                             f"{d_model}, lambda_init={lambda_init}")
         self.n_heads, self.d_head = n_heads, d_model // n_heads // 2
         self.lambda_init, self.causal, self.eps = lambda_init, causal, eps
         self.q_proj = nn.Linear(d_model, d_model, bias=False)  # H heads x (q1, q2)
@@ -92,12 +91,11 @@ class DifferentialAttention(nn.Module):
 
     def _check_forward(self, x: torch.Tensor) -> None:
         w = self.q_proj.weight
-        if not isinstance(x, torch.Tensor) or x.dim() != 3 or x.shape[-1] != w.shape[1]:
-            got = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
-            raise ValueError(f"x must be (B, N, D) with D = {w.shape[1]}, got {got}")
-        if x.dtype != w.dtype or x.device != w.device:
-            raise ValueError(f"x must have the module's dtype {w.dtype} and device "
-                             f"{w.device}, got {x.dtype} on {x.device}")
+        got = (tuple(x.shape), x.dtype, x.device) if torch.is_tensor(x) else type(x)
+        if not torch.is_tensor(x) or (x.dim(), x.shape[2:], x.dtype, x.device) != (
+                3, w.shape[1:], w.dtype, w.device):
+            raise ValueError(f"x must be (B, N, D) with D = {w.shape[1]}, {w.dtype} on "
+                             f"{w.device}, got {got}")
 # --8<-- [end:module]
 
     # --8<-- [start:forward]
@@ -119,20 +117,12 @@ class DifferentialAttention(nn.Module):
 
 # --8<-- [start:validate]
 def _check_kernel(q1, k1, q2, k2, v) -> None:
-    named = {"q1": q1, "k1": k1, "q2": q2, "k2": k2, "v": v}
-    for name, t in named.items():
-        if not isinstance(t, torch.Tensor) or not t.is_floating_point() or t.dim() != 4:
-            got = f"{t.dtype} {tuple(t.shape)}" if isinstance(t, torch.Tensor) \
-                else type(t).__name__
-            raise ValueError(f"{name} must be a floating (B, H, N, d) tensor, "
-                             f"got {got}")
-        if t.device != q1.device:
-            raise ValueError(f"{name} must be on q1's device {q1.device}, "
-                             f"got {t.device}")
-    same = q1.shape == k1.shape == q2.shape == k2.shape
-    if not same or v.shape[:-1] != q1.shape[:-1]:
-        raise ValueError(f"q1, k1, q2 and k2 must share one shape (B, H, N, d) and v "
-                         f"be (B, H, N, 2d), got q1 {tuple(q1.shape)}, k1 "
-                         f"{tuple(k1.shape)}, q2 {tuple(q2.shape)}, k2 "
-                         f"{tuple(k2.shape)}, v {tuple(v.shape)}")
+    """q1, k1, q2, k2 (B, H, N, d) and v (B, H, N, d_v): floating, on q1's device."""
+    for name, t in {"q1": q1, "k1": k1, "q2": q2, "k2": k2, "v": v}.items():
+        n = 3 if t is v else 4  # v's width is free
+        if not (torch.is_tensor(t) and t.is_floating_point() and t.dim() == 4) \
+                or t.device != q1.device or t.shape[:n] != q1.shape[:n]:
+            got = (tuple(t.shape), t.dtype, t.device) if torch.is_tensor(t) else type(t)
+            raise ValueError(f"{name} must be a float (B, H, N, d) tensor like q1 (v: "
+                             f"any d), got {got}")
 # --8<-- [end:validate]

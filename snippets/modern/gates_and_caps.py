@@ -51,35 +51,35 @@ def _check_num(name: str, value: object, low: float = 0.0, optional=True) -> Non
         raise ValueError(f"{name} must be a finite number > {low}, got {value!r}")
 
 
-def _check_float_tensor(name: str, t: object, shape: tuple, like=None, dtype=True):
-    """A floating tensor of ``shape`` (None: any size) on like's device (and dtype)."""
+def _check_float_tensor(name: str, t: object, shape, like=None, dtype=True) -> None:
+    """A float tensor of ``shape`` (None: any size; an int d: (..., d)) like ``like``.
+
+    ``like`` fixes the device and, unless ``dtype`` is False or autocast is on,
+    the dtype.
+    """
     if not isinstance(t, torch.Tensor) or not t.is_floating_point():
-        got = t.dtype if isinstance(t, torch.Tensor) else type(t).__name__
-        raise TypeError(f"{name} must be a floating tensor, got {got}")
-    if t.dim() != len(shape) or any(s not in (None, n) for s, n in zip(shape, t.shape)):
-        raise ValueError(f"{name} must have shape {shape}, got {tuple(t.shape)}")
-    if like is not None and t.device != like.device:
-        raise ValueError(f"{name} must be on {like.device}, got {t.device}")
-    cast = torch.amp.is_autocast_available(t.device.type) and torch.is_autocast_enabled(
-        t.device.type
-    )
-    if like is not None and dtype and t.dtype != like.dtype and not cast:
-        raise TypeError(f"{name} must have dtype {like.dtype}, got {t.dtype}")
+        raise TypeError(f"{name} must be a float tensor, got {getattr(t, 'dtype', t)}")
+    shape = (None,) * (t.dim() - 1) + (shape,) if isinstance(shape, int) else shape
+    like, kind = t if like is None else like, t.device.type
+    cast = torch.amp.is_autocast_available(kind) and torch.is_autocast_enabled(kind)
+    fits = t.dim() == len(shape) and all(s in (None, n) for s, n in zip(shape, t.shape))
+    same = t.device == like.device and (t.dtype == like.dtype or not dtype or cast)
+    if not fits or not same:
+        raise ValueError(f"{name} must be {shape}, {like.dtype if dtype else 'float'}"
+                         f" on {like.device}, got {tuple(t.shape)}, {t.dtype} on "
+                         f"{t.device}")
 
 
 def _check_bool_mask(name: str, mask: object, shape: tuple, device) -> None:
-    """None, or a boolean mask that broadcasts to ``shape`` without enlarging it."""
+    """None, or a bool mask (True = may attend) on device that broadcasts to shape."""
     if mask is None:
         return
     if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
-        got = mask.dtype if isinstance(mask, torch.Tensor) else type(mask).__name__
-        raise TypeError(f"{name} must be a bool tensor (True = may attend), got {got}")
-    try:
-        fits = torch.broadcast_shapes(mask.shape, shape) == torch.Size(shape)
-    except RuntimeError:
-        fits = False
+        raise TypeError(f"{name} must be bool, got {getattr(mask, 'dtype', mask)}")
+    fits = mask.dim() <= len(shape) and all(
+        a in (1, b) for a, b in zip(mask.shape[::-1], shape[::-1]))
     if not fits or mask.device != device:
-        raise ValueError(f"{name} must broadcast to {tuple(shape)} on {device}, got "
+        raise ValueError(f"{name} must broadcast to {shape} on {device}, got "
                          f"{tuple(mask.shape)} on {mask.device}")
 
 
@@ -127,10 +127,7 @@ def capped_attention(q, k, v, cap: float, allowed, scale: float) -> torch.Tensor
 
 def _check_softcap(scores: object, cap: object) -> None:
     _check_num("cap", cap, optional=False)
-    if not isinstance(scores, torch.Tensor) or not scores.is_floating_point():
-        is_tensor = isinstance(scores, torch.Tensor)
-        got = scores.dtype if is_tensor else type(scores).__name__
-        raise TypeError(f"scores must be a floating tensor, got {got}")
+    _check_float_tensor("scores", scores, tuple(getattr(scores, "shape", ())))
 
 
 def softcap_attention(
@@ -228,9 +225,8 @@ class OutputGate(nn.Module):
 
     def _check_forward(self, x: torch.Tensor, out: torch.Tensor) -> None:
         w = self.gate_proj.weight
-        rank = x.dim() if isinstance(x, torch.Tensor) and x.dim() else 1
-        _check_float_tensor("x", x, (None,) * (rank - 1) + (w.shape[1],), w)
-        _check_float_tensor("out", out, (*x.shape[:2], self.n_heads * self.d_head), w)
+        _check_float_tensor("x", x, w.shape[1], w)
+        _check_float_tensor("out", out, (*x.shape[:-1], self.n_heads * self.d_head), w)
 
 
 def split_fused_q_gate(

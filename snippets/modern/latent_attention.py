@@ -55,46 +55,37 @@ def _check_num(name: str, value: object, low: float = 0.0, optional=True) -> Non
         raise ValueError(f"{name} must be a finite number > {low}, got {value!r}")
 
 
-def _check_float_tensor(name: str, t: object, shape: tuple, like=None, dtype=True):
-    """A floating tensor of ``shape`` (None: any size) on like's device (and dtype)."""
+def _check_float_tensor(name: str, t: object, shape, like=None, dtype=True) -> None:
+    """A float tensor of ``shape`` (None: any size; an int d: (..., d)) like ``like``.
+
+    ``like`` fixes the device and, unless ``dtype`` is False or autocast is on,
+    the dtype.
+    """
     if not isinstance(t, torch.Tensor) or not t.is_floating_point():
-        got = t.dtype if isinstance(t, torch.Tensor) else type(t).__name__
-        raise TypeError(f"{name} must be a floating tensor, got {got}")
-    if t.dim() != len(shape) or any(s not in (None, n) for s, n in zip(shape, t.shape)):
-        raise ValueError(f"{name} must have shape {shape}, got {tuple(t.shape)}")
-    if like is not None and t.device != like.device:
-        raise ValueError(f"{name} must be on {like.device}, got {t.device}")
-    cast = torch.amp.is_autocast_available(t.device.type) and torch.is_autocast_enabled(
-        t.device.type
-    )
-    if like is not None and dtype and t.dtype != like.dtype and not cast:
-        raise TypeError(f"{name} must have dtype {like.dtype}, got {t.dtype}")
+        raise TypeError(f"{name} must be a float tensor, got {getattr(t, 'dtype', t)}")
+    shape = (None,) * (t.dim() - 1) + (shape,) if isinstance(shape, int) else shape
+    like, kind = t if like is None else like, t.device.type
+    cast = torch.amp.is_autocast_available(kind) and torch.is_autocast_enabled(kind)
+    fits = t.dim() == len(shape) and all(s in (None, n) for s, n in zip(shape, t.shape))
+    same = t.device == like.device and (t.dtype == like.dtype or not dtype or cast)
+    if not fits or not same:
+        raise ValueError(f"{name} must be {shape}, {like.dtype if dtype else 'float'}"
+                         f" on {like.device}, got {tuple(t.shape)}, {t.dtype} on "
+                         f"{t.device}")
 
 
 def _check_bool_mask(name: str, mask: object, shape: tuple, device) -> None:
-    """None, or a boolean mask that broadcasts to ``shape`` without enlarging it."""
+    """None, or a bool mask (True = may attend) on device that broadcasts to shape."""
     if mask is None:
         return
     if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
-        got = mask.dtype if isinstance(mask, torch.Tensor) else type(mask).__name__
-        raise TypeError(f"{name} must be a bool tensor (True = may attend), got {got}")
-    try:
-        fits = torch.broadcast_shapes(mask.shape, shape) == torch.Size(shape)
-    except RuntimeError:
-        fits = False
+        raise TypeError(f"{name} must be bool, got {getattr(mask, 'dtype', mask)}")
+    fits = mask.dim() <= len(shape) and all(
+        a in (1, b) for a, b in zip(mask.shape[::-1], shape[::-1]))
     if not fits or mask.device != device:
-        raise ValueError(f"{name} must broadcast to {tuple(shape)} on {device}, got "
+        raise ValueError(f"{name} must broadcast to {shape} on {device}, got "
                          f"{tuple(mask.shape)} on {mask.device}")
 
-
-def _check_attend_args(q, k, v, attn_mask, scale) -> None:
-    """q (B, H, N, d), k (B, H, M, d), v (B, H, M, d_v), a mask for (B, H, N, M)."""
-    _check_float_tensor("q", q, (None,) * 4)
-    b, h, n, d = q.shape
-    _check_float_tensor("k", k, (b, h, None, d), like=q)
-    _check_float_tensor("v", v, (b, h, k.shape[2], None), like=q)
-    _check_bool_mask("attn_mask", attn_mask, (b, h, n, k.shape[2]), q.device)
-    _check_num("scale", scale)
 # --8<-- [end:checks]
 
 
@@ -237,10 +228,9 @@ class LatentCache:
     # --8<-- [end:cache]
 
     def _check_update(self, c: torch.Tensor, k_rope: torch.Tensor) -> None:
-        b, room, _ = self.c.shape
-        _check_float_tensor("c", c, (b, None, self.c.shape[2]), like=self.c)
-        width = self.k_rope.shape[2]
-        _check_float_tensor("k_rope", k_rope, (b, c.shape[1], width), self.c)
+        (b, room, d_c), d_r = self.c.shape, self.k_rope.shape[2]
+        _check_float_tensor("c", c, (b, None, d_c), like=self.c)
+        _check_float_tensor("k_rope", k_rope, (b, c.shape[1], d_r), like=self.c)
         if self.seq_len + c.shape[1] > room:
             raise ValueError(f"the cache holds max_len={room} tokens; it has "
                              f"{self.seq_len} and got {c.shape[1]} more")
@@ -400,19 +390,14 @@ class MultiHeadLatentAttention(nn.Module):
     # --8<-- [end:forward]
 
     def _check_forward(self, x, cache, attn_mask) -> None:
-        w = self.kv_down.weight
+        w, c = self.kv_down.weight, getattr(cache, "c", None)
         _check_float_tensor("x", x, (None, None, self.d_model), like=w)
-        if cache is not None and not isinstance(cache, LatentCache):
-            got = type(cache).__name__
-            raise TypeError(f"cache must be a LatentCache or None, got {got}")
-        if cache is not None:
-            want = (x.shape[0], self.kv_lora_rank, self.d_rope, x.dtype, x.device)
-            got = (cache.c.shape[0], cache.c.shape[2], cache.k_rope.shape[2],
-                   cache.c.dtype, cache.c.device)
-            if got != want:
-                raise ValueError(f"cache must hold (B, d_c, d_R, dtype, device) = "
-                                 f"{want} "
-                                 f"like x (see make_cache), got {got}")
-        m = x.shape[1] + (0 if cache is None else cache.seq_len)
-        shape = (x.shape[0], self.n_heads, x.shape[1], m)
-        _check_bool_mask("attn_mask", attn_mask, shape, x.device)
+        (b, n, _), d_r = x.shape, getattr(cache, "k_rope", x).shape[-1]
+        want = (b, self.kv_lora_rank, self.d_rope, x.dtype, x.device)
+        got = type(cache).__name__ if c is None else (
+            c.shape[0], c.shape[2], d_r, c.dtype, c.device)
+        if cache is not None and got != want:
+            raise ValueError(f"cache must hold (B, d_c, d_R, dtype, device) = {want} "
+                             f"like x (see make_cache), got {got}")
+        m = n + (0 if cache is None else cache.seq_len)
+        _check_bool_mask("attn_mask", attn_mask, (b, self.n_heads, n, m), x.device)

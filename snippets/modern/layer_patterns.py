@@ -51,14 +51,16 @@ LAYER_KINDS = (
 
 
 # --8<-- [start:validate]
-def _check_layer_count(name: str, value: object, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
+def _check_layer_counts(minimum: int, **values: object) -> None:
+    """Every value is an int >= minimum."""
+    for name, value in values.items():
+        if not isinstance(value, int) or value < minimum:
+            raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
 
 
-def _check_layer_kind(name: str, kind: object) -> None:
-    if kind not in LAYER_KINDS:
-        raise ValueError(f"{name} must be one of {LAYER_KINDS}, got {kind!r}")
+def _check_layer_kind(name: str, kind: object, kinds: tuple = LAYER_KINDS) -> None:
+    if kind not in kinds:
+        raise ValueError(f"{name} must be one of {kinds}, got {kind!r}")
 
 
 # --8<-- [end:validate]
@@ -89,8 +91,8 @@ def periodic_layer_types(
     Returns:
         A list of ``n_layers`` layer kinds.
     """
-    _check_layer_count("n_layers", n_layers, 0)
-    _check_layer_count("period", period, 1)
+    _check_layer_counts(0, n_layers=n_layers)
+    _check_layer_counts(1, period=period)
     _check_layer_kind("local", local)
     _check_layer_kind("glob", glob)
     return [glob if (i + 1) % period == 0 else local for i in range(n_layers)]
@@ -102,10 +104,10 @@ def rope_layers(n_layers: int, nope_interval: int | None = None) -> list[bool]:
     Llama 4 drops RoPE in layers 3, 7, 11, ... (``nope_interval=4``); those are
     also its global layers. ``None`` means every layer uses RoPE.
     """
-    _check_layer_count("n_layers", n_layers, 0)
+    _check_layer_counts(0, n_layers=n_layers)
     if nope_interval is None:
         return [True] * n_layers
-    _check_layer_count("nope_interval", nope_interval, 1)
+    _check_layer_counts(1, nope_interval=nope_interval)
     return [(i + 1) % nope_interval != 0 for i in range(n_layers)]
 
 
@@ -138,35 +140,22 @@ def layer_mask(
     Returns:
         ``(N, M)`` boolean tensor.
     """
-    _check_layer_kind("kind", kind)
-    if kind == "linear_attention":
-        raise ValueError(
-            "kind must name a softmax layer (its layer is a recurrence, with no "
-            "mask), got 'linear_attention'"
-        )
-    _check_layer_count("n_queries", n_queries, 0)
+    _check_layer_kind("kind", kind, LAYER_KINDS[:3])  # a linear layer has no mask
+    _check_layer_counts(0, n_queries=n_queries)
     m = n_queries if n_keys is None else n_keys
-    _check_layer_count("n_keys", m, n_queries)
+    _check_layer_counts(n_queries, n_keys=m)
     i = torch.arange(m - n_queries, m, device=device)[
         :, None
     ]  # (N, 1), absolute query positions
     j = torch.arange(m, device=device)  # (M,), key positions
     allowed = j <= i  # (N, M): causal
     if kind == "sliding_attention":
-        if window is None:
-            raise ValueError(
-                "window must be given for a sliding_attention layer, got None"
-            )
-        _check_layer_count("window", window, 1)
+        _check_layer_counts(1, window=window)  # None: the window was not given
         allowed = allowed & (
             j > i - window
         )  # (N, M): the w most recent keys, itself included
     elif kind == "chunked_attention":
-        if chunk is None:
-            raise ValueError(
-                "chunk must be given for a chunked_attention layer, got None"
-            )
-        _check_layer_count("chunk", chunk, 1)
+        _check_layer_counts(1, chunk=chunk)
         allowed = allowed & (j // chunk == i // chunk)  # (N, M): same chunk only
     return allowed
 
@@ -181,12 +170,10 @@ def summarize_layer_types(layer_types: list[str]) -> str:
     The smallest repeating group is named with its repeat count; a tail shorter
     than one group follows it.
     """
-    if not isinstance(layer_types, (list, tuple)) or not layer_types:
-        raise ValueError(
-            f"layer_types must be a non-empty list of layer kinds, got {layer_types!r}"
-        )
-    for i, kind in enumerate(layer_types):
-        _check_layer_kind(f"layer_types[{i}]", kind)
+    if not isinstance(layer_types, (list, tuple)) or not layer_types or not all(
+            kind in LAYER_KINDS for kind in layer_types):
+        raise ValueError(f"layer_types must be a non-empty list of {LAYER_KINDS}, "
+                         f"got {layer_types!r}")
 
     def runs(kinds) -> str:  # ["sliding", "sliding", "full"] -> "2 sliding : 1 full"
         out: list[list] = []

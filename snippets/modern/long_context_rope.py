@@ -64,126 +64,60 @@ __all__ = [
 ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "llama3")
 
 
-def _rope_check_int(name: str, value: object, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
+# --8<-- [start:checks]
+def _check_rope_int(name: str, value: object, minimum: int, even=False) -> None:
+    """An int >= minimum (and even, where asked)."""
+    if not isinstance(value, int) or value < minimum or even and value % 2:
+        raise ValueError(f"{name} must be an {'even ' * even}int >= {minimum}, "
+                         f"got {value!r}")
 
 
-def _rope_check_number(
-    name: str,
-    value: object,
-    *,
-    above: float | None = None,
-    at_least: float | None = None,
-) -> None:
-    ok = (
-        isinstance(value, (int, float))
-        and not isinstance(value, bool)
-        and math.isfinite(value)
-    )
-    if ok and above is not None:
-        ok = value > above
-    if ok and at_least is not None:
-        ok = value >= at_least
-    if not ok:
-        bound = f"> {above}" if above is not None else f">= {at_least}"
-        raise ValueError(f"{name} must be a finite number {bound}, got {value!r}")
+def _check_rope_num(name: str, value: object, low: float, closed=False) -> None:
+    """A finite number > low (>= low where closed)."""
+    ok = isinstance(value, (int, float)) and math.isfinite(value)
+    if not ok or value < low or value == low and not closed:
+        sign = ">=" if closed else ">"
+        raise ValueError(f"{name} must be a finite number {sign} {low}, got {value!r}")
 
 
-def _rope_check_tensor(name: str, t: object) -> None:
-    if not isinstance(t, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+def _check_rope_tensor(name: str, t: object, ranks: tuple, kind="real", device=None):
+    """A tensor of a rank in ``ranks`` on ``device``, of a ``kind`` dtype.
+
+    kind: "real" (no bool, no complex), "floating" or "integer".
+    """
+    real = torch.is_tensor(t) and t.dtype != torch.bool and not t.is_complex()
+    wrong = ("floating", "integer")[real and t.is_floating_point()]  # the excluded kind
+    ok = real and t.dim() in ranks and kind != wrong
+    if not ok or device not in (None, t.device):
+        got = f"{t.dtype} {tuple(t.shape)} on {t.device}" if torch.is_tensor(t) else t
+        raise ValueError(f"{name} must be a tensor ({kind} dtype, rank in {ranks}) on "
+                         f"{device or 'one device'}, got {got}")
 
 
-def _rope_check_inv_freq(inv_freq: object) -> None:
-    _rope_check_tensor("inv_freq", inv_freq)
-    if not inv_freq.is_floating_point() or inv_freq.dim() != 1:
-        raise ValueError(
-            f"inv_freq must be a floating (r/2,) tensor, got {inv_freq.dtype} of "
-            f"shape {tuple(inv_freq.shape)}"
-        )
-
-
-def _rope_check_rotary_inputs(x: object, cos: object, sin: object) -> None:
-    """x ``(B, H, N, d)``; cos and sin ``(N, r/2)`` or ``(B, N, r/2)``, r <= d; "
-    "floating, on x's device."""
-    for name, t in (("x", x), ("cos", cos), ("sin", sin)):
-        _rope_check_tensor(name, t)
+def _check_rope_rotary_inputs(x: object, cos: object, sin: object) -> None:
+    """x (B, H, N, d); cos and sin (N, r/2) or (B, N, r/2), r <= d, on x's device."""
+    _check_rope_tensor("x", x, (4,), "floating")
     for name, t in (("cos", cos), ("sin", sin)):
-        if not t.is_floating_point():
-            raise ValueError(f"{name} must be a floating tensor, got {t.dtype}")
-    if not x.is_floating_point() or x.dim() != 4:
-        raise ValueError(
-            f"x must be a floating (B, H, N, d) tensor, got {x.dtype} of shape "
-            f"{tuple(x.shape)}"
-        )
+        _check_rope_tensor(name, t, (2, 3), "floating", x.device)
     (b, _, n, d), half = x.shape, cos.shape[-1]
-    if (
-        cos.shape != sin.shape
-        or cos.dim() not in (2, 3)
-        or cos.shape[-2] != n
-        or not 1 <= 2 * half <= d
-        or (cos.dim() == 3 and cos.shape[0] not in (1, b))
-    ):
-        raise ValueError(
-            f"cos and sin must both be (N, r/2) or (B, N, r/2) with B={b}, N={n} and "
-            f"r <= d={d}, "
-            f"got {tuple(cos.shape)} and {tuple(sin.shape)}"
-        )
-    for name, t in (("cos", cos), ("sin", sin)):
-        if t.device != x.device:
-            raise ValueError(
-                f"{name} must be on the device of x {x.device}, got {t.device}"
-            )
+    if cos.shape != sin.shape or cos.shape[-2] != n or not 1 <= 2 * half <= d \
+            or cos.dim() == 3 and cos.shape[0] not in (1, b):
+        raise ValueError(f"cos and sin must both be (N, r/2) or (B, N, r/2) with "
+                         f"B={b}, N={n} and r <= d={d}, got {tuple(cos.shape)} and "
+                         f"{tuple(sin.shape)}")
 
 
-def _rope_check_qk(q: object, k: object, d_head: int, device: torch.device) -> None:
-    """q ``(B, H, N, d)`` and k ``(B, H_kv, M, d)``, floating, N <= M, on the "
-    "module's device."""
-    for name, t in (("q", q), ("k", k)):
-        _rope_check_tensor(name, t)
-        if not t.is_floating_point() or t.dim() != 4:
-            raise ValueError(
-                f"{name} must be a floating (B, H, length, d) tensor, got {t.dtype} "
-                f"of shape {tuple(t.shape)}"
-            )
-        if t.device != device:
-            raise ValueError(
-                f"{name} must be on the module's device {device}, got {t.device}"
-            )
-    n, m = q.shape[-2], k.shape[-2]
-    if n > m:
-        raise ValueError(f"q may not be longer than k, got N={n} and M={m}")
-    if q.shape[-1] != d_head or k.shape[-1] != d_head:
-        raise ValueError(
-            f"q and k must have last dimension d={d_head}, got {q.shape[-1]} and "
-            f"{k.shape[-1]}"
-        )
-
-
-def _rope_check_tokens(tokens: object, bos_id: object) -> None:
-    """tokens: an integer ``(B, N)`` tensor whose rows hold ``bos_id`` first and "
-    "only there."""
-    _rope_check_tensor("tokens", tokens)
-    if (
-        tokens.dim() != 2
-        or tokens.shape[1] < 1
-        or tokens.is_floating_point()
-        or tokens.dtype == torch.bool
-    ):
-        raise ValueError(
-            f"tokens must be an integer (B, N) tensor, got {tokens.dtype} of shape "
-            f"{tuple(tokens.shape)}"
-        )
-    _rope_check_int("bos_id", bos_id, 0)
+def _check_rope_tokens(tokens: object, bos_id: object) -> None:
+    """An integer (B, N) tensor whose rows hold bos_id first and only there."""
+    _check_rope_tensor("tokens", tokens, (2,), "integer")
+    _check_rope_int("bos_id", bos_id, 0)
     is_bos = tokens == bos_id  # (B, N)
-    starts, elsewhere = int(is_bos[:, 0].sum()), int(is_bos[:, 1:].sum())
-    if starts != tokens.shape[0] or elsewhere:
-        raise ValueError(
-            f"every row of tokens must start with bos_id={bos_id} and hold it only "
-            f"there, got {starts} of "
-            f"{tokens.shape[0]} rows starting with it and {elsewhere} more of it later"
-        )
+    starts, later = int(is_bos[:, :1].sum()), int(is_bos[:, 1:].sum())
+    if starts != tokens.shape[0] or later or not tokens.shape[1]:
+        raise ValueError(f"every row of tokens must start with bos_id={bos_id} and "
+                         f"hold it only there, got {starts} of {tokens.shape[0]} rows "
+                         f"starting with it and {later} more of it later")
+# --8<-- [end:checks]
 
 
 # --8<-- [start:frequencies]
@@ -211,12 +145,8 @@ def rope_frequencies(
     Returns:
         ``(r/2,)`` float32, in radians per position, from 1 down to about 1/base.
     """
-    _rope_check_int("d_rot", d_rot, 2)
-    if d_rot % 2:
-        raise ValueError(
-            f"d_rot must be even (dimensions rotate in pairs), got {d_rot}"
-        )
-    _rope_check_number("base", base, above=1.0)
+    _check_rope_int("d_rot", d_rot, 2, even=True)  # dimensions rotate in pairs
+    _check_rope_num("base", base, 1.0)
     return inverse_frequencies(d_rot, base, device)
 
 
@@ -226,23 +156,14 @@ def rotary_dims(d_head: int, partial_rotary_factor: float = 1.0) -> int:
     GPT-NeoX-20B and Pythia rotate a quarter of each head (``rotary_pct`` 0.25);
     the other dimensions carry no position at all.
     """
-    _rope_check_int("d_head", d_head, 2)
-    if not (
-        isinstance(partial_rotary_factor, (int, float))
-        and not isinstance(partial_rotary_factor, bool)
-        and 0.0 < partial_rotary_factor <= 1.0
-    ):
-        raise ValueError(
-            "partial_rotary_factor must be a number in (0, 1], got "
-            f"{partial_rotary_factor!r}"
-        )
-    d_rot = int(d_head * partial_rotary_factor)
-    if d_rot < 2 or d_rot % 2:
-        raise ValueError(
-            "d_head * partial_rotary_factor must give an even number of rotated "
-            "dimensions >= 2, "
-            f"got int({d_head} * {partial_rotary_factor}) = {d_rot}"
-        )
+    _check_rope_int("d_head", d_head, 2)
+    factor = partial_rotary_factor
+    if not (isinstance(factor, (int, float)) and 0.0 < factor <= 1.0):
+        raise ValueError(f"partial_rotary_factor must be a number in (0, 1], "
+                         f"got {factor!r}")
+    d_rot = int(d_head * factor)
+    _check_rope_int(f"int(d_head * partial_rotary_factor) = int({d_head} * {factor})",
+                    d_rot, 2, even=True)
     return d_rot
 
 
@@ -261,8 +182,8 @@ def linear_scaling(inv_freq: torch.Tensor, factor: float) -> torch.Tensor:
     Rotating position m with theta_i / s is rotating position m / s with
     theta_i: a window s times longer is squeezed into the angles seen in training.
     """
-    _rope_check_inv_freq(inv_freq)
-    _rope_check_number("factor", factor, at_least=1.0)
+    _check_rope_tensor("inv_freq", inv_freq, (1,), "floating")
+    _check_rope_num("factor", factor, 1.0, closed=True)
     return interpolate(inv_freq, factor)
 
 
@@ -288,13 +209,9 @@ def ntk_aware_base(base: float, factor: float, d_rot: int) -> float:
     exactly s, like position interpolation, while the fastest (i = 0) keeps its
     frequency; the planes in between are divided by s^(2i / (r - 2)).
     """
-    _rope_check_number("base", base, above=1.0)
-    _rope_check_number("factor", factor, at_least=1.0)
-    _rope_check_int("d_rot", d_rot, 4)
-    if d_rot % 2:
-        raise ValueError(
-            f"d_rot must be even (dimensions rotate in pairs), got {d_rot}"
-        )
+    _check_rope_num("base", base, 1.0)
+    _check_rope_num("factor", factor, 1.0, closed=True)
+    _check_rope_int("d_rot", d_rot, 4, even=True)
     return ntk_base(base, factor, d_rot)
 
 
@@ -307,9 +224,9 @@ def dynamic_ntk_base(
     with the length, in the form ``transformers`` uses (for factor 1 the scale is
     the paper's s = max(1, l'/L)).
     """
-    _rope_check_int("seq_len", seq_len, 0)
-    _rope_check_int("original_length", original_length, 1)
-    _rope_check_number("factor", factor, at_least=1.0)
+    _check_rope_int("seq_len", seq_len, 0)
+    _check_rope_int("original_length", original_length, 1)
+    _check_rope_num("factor", factor, 1.0, closed=True)
     return ntk_aware_base(base, dynamic_scale(factor, seq_len, original_length), d_rot)
 
 
@@ -353,9 +270,9 @@ def yarn_ramp(
     Returns:
         ``(r/2,)`` float32 in [0, 1], non-decreasing in i.
     """
-    _rope_check_int("original_length", original_length, 1)
-    _rope_check_number("beta_slow", beta_slow, above=0.0)
-    _rope_check_number("beta_fast", beta_fast, at_least=beta_slow)
+    _check_rope_int("original_length", original_length, 1)
+    _check_rope_num("beta_slow", beta_slow, 0.0)
+    _check_rope_num("beta_fast", beta_fast, beta_slow, closed=True)
     inv_freq = rope_frequencies(d_rot, base)  # validates d_rot and base
     low, high = ramp_indices(d_rot, base, original_length, beta_fast, beta_slow)
     if truncate:
@@ -378,7 +295,7 @@ def yarn_scaling(
     truncate: bool = True,
 ) -> torch.Tensor:
     """ "NTK-by-parts": fast planes kept, slow planes divided by s, a ramp between."""
-    _rope_check_number("factor", factor, at_least=1.0)
+    _check_rope_num("factor", factor, 1.0, closed=True)
     inv_freq = rope_frequencies(d_rot, base)  # (r/2,)
     ramp = yarn_ramp(
         d_rot,
@@ -400,10 +317,10 @@ def yarn_attention_factor(
     sharpened to undo the flattening that a longer window brings. DeepSeek's
     configs give two coefficients and use their ratio.
     """
-    _rope_check_number("factor", factor, at_least=1.0)
+    _check_rope_num("factor", factor, 1.0, closed=True)
     for name, value in (("mscale", mscale), ("mscale_all_dim", mscale_all_dim)):
         if value is not None:
-            _rope_check_number(name, value, at_least=0.0)
+            _check_rope_num(name, value, 0.0, closed=True)
 
     def m(scale: float, k: float = 1.0) -> float:
         return 1.0 if scale <= 1 else 0.1 * k * math.log(scale) + 1.0
@@ -442,11 +359,11 @@ def llama3_scaling(
     are kept; longer than L / low_freq_factor (8192) are divided by the factor;
     in between, a blend linear in L / wavelength, the number of turns in the window.
     """
-    _rope_check_inv_freq(inv_freq)
-    _rope_check_number("factor", factor, at_least=1.0)
-    _rope_check_number("low_freq_factor", low_freq_factor, above=0.0)
-    _rope_check_number("high_freq_factor", high_freq_factor, at_least=low_freq_factor)
-    _rope_check_int("original_length", original_length, 1)
+    _check_rope_tensor("inv_freq", inv_freq, (1,), "floating")
+    _check_rope_num("factor", factor, 1.0, closed=True)
+    _check_rope_num("low_freq_factor", low_freq_factor, 0.0)
+    _check_rope_num("high_freq_factor", high_freq_factor, low_freq_factor, closed=True)
+    _check_rope_int("original_length", original_length, 1)
     return llama3_rule(
         inv_freq, factor, low_freq_factor, high_freq_factor, original_length
     )
@@ -495,25 +412,14 @@ def rope_inv_freq(
         number that multiplies cos and sin (1 except for YaRN).
     """
     if rope_type not in ROPE_TYPES:
-        raise ValueError(
-            f"rope_type must be one of {list(ROPE_TYPES)}, got {rope_type!r}"
-        )
+        raise ValueError(f"rope_type must be one of {list(ROPE_TYPES)}, "
+                         f"got {rope_type!r}")
     d_rot = rotary_dims(d_head, partial_rotary_factor)
-    if rope_type != "default":
-        _rope_check_number("factor", factor, at_least=1.0)
-    if rope_type in ("dynamic", "yarn", "llama3"):
-        if original_max_position_embeddings is None:
-            raise ValueError(
-                f"rope_type {rope_type!r} needs original_max_position_embeddings (L), "
-                "got None"
-            )
-        _rope_check_int(
-            "original_max_position_embeddings", original_max_position_embeddings, 1
-        )
-    if seq_len is not None:
-        _rope_check_int("seq_len", seq_len, 0)
+    if rope_type in ("dynamic", "yarn", "llama3"):  # L is needed (None: not given)
+        _check_rope_int("original_max_position_embeddings",
+                        original_max_position_embeddings, 1)
     if attention_factor is not None:
-        _rope_check_number("attention_factor", attention_factor, above=0.0)
+        _check_rope_num("attention_factor", attention_factor, 0.0)
 
     if rope_type == "default":
         return rope_frequencies(d_rot, base), 1.0
@@ -575,19 +481,9 @@ def rotary_angles(
     Returns:
         ``(cos, sin)``, each ``positions.shape + (r/2,)``, float32.
     """
-    _rope_check_inv_freq(inv_freq)
-    _rope_check_tensor("positions", positions)
-    if (
-        positions.dtype == torch.bool
-        or positions.is_complex()
-        or positions.dim() not in (1, 2)
-    ):
-        raise ValueError(
-            "positions must be a real (N,) or (B, N) tensor, got dtype "
-            f"{positions.dtype} "
-            f"and shape {tuple(positions.shape)}"
-        )
-    _rope_check_number("attention_factor", attention_factor, above=0.0)
+    _check_rope_tensor("inv_freq", inv_freq, (1,), "floating")
+    _check_rope_tensor("positions", positions, (1, 2))
+    _check_rope_num("attention_factor", attention_factor, 0.0)
     # float32 angles, as the model code this is compared with computes them
     angles = positions.float()[..., None] * inv_freq.float().to(
         positions.device
@@ -610,7 +506,7 @@ def apply_partial_rotary(
     Returns:
         A tensor like x.
     """
-    _rope_check_rotary_inputs(x, cos, sin)
+    _check_rope_rotary_inputs(x, cos, sin)
     dtype = x.dtype
     acc = torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
     c, s = cos.to(acc), sin.to(acc)
@@ -642,8 +538,13 @@ class ScaledRotaryEmbedding(nn.Module):
         self.register_buffer("inv_freq", inv_freq, persistent=False)
 
     def _check_forward(self, q: torch.Tensor, k: torch.Tensor, offset: int) -> None:
-        _rope_check_qk(q, k, self.d_head, self.inv_freq.device)
-        _rope_check_int("offset", offset, 0)
+        for name, t in (("q", q), ("k", k)):
+            _check_rope_tensor(name, t, (4,), "floating", self.inv_freq.device)
+        _check_rope_int("offset", offset, 0)
+        if q.shape[-2] > k.shape[-2] or {q.shape[-1], k.shape[-1]} != {self.d_head}:
+            raise ValueError(f"q (B, H, N, d) and k (B, H_kv, M, d) must have N <= M "
+                             f"and d = {self.d_head}, got {tuple(q.shape)} and "
+                             f"{tuple(k.shape)}")
 
     # --8<-- [start:module]
     def forward(self, q: torch.Tensor, k: torch.Tensor, *, offset: int = 0):
@@ -697,5 +598,5 @@ def nope_positions(
     Returns:
         ``(B, N)`` float32: 0, 1, 2, ... when causal; N - 1 everywhere when not.
     """
-    _rope_check_tokens(tokens, bos_id)
+    _check_rope_tokens(tokens, bos_id)
     return 1.0 / first_token_share(tokens == bos_id, causal) - 1.0  # visible keys - 1

@@ -79,35 +79,35 @@ def _check_num(name: str, value: object, low: float = 0.0, optional=True) -> Non
         raise ValueError(f"{name} must be a finite number > {low}, got {value!r}")
 
 
-def _check_float_tensor(name: str, t: object, shape: tuple, like=None, dtype=True):
-    """A floating tensor of ``shape`` (None: any size) on like's device (and dtype)."""
+def _check_float_tensor(name: str, t: object, shape, like=None, dtype=True) -> None:
+    """A float tensor of ``shape`` (None: any size; an int d: (..., d)) like ``like``.
+
+    ``like`` fixes the device and, unless ``dtype`` is False or autocast is on,
+    the dtype.
+    """
     if not isinstance(t, torch.Tensor) or not t.is_floating_point():
-        got = t.dtype if isinstance(t, torch.Tensor) else type(t).__name__
-        raise TypeError(f"{name} must be a floating tensor, got {got}")
-    if t.dim() != len(shape) or any(s not in (None, n) for s, n in zip(shape, t.shape)):
-        raise ValueError(f"{name} must have shape {shape}, got {tuple(t.shape)}")
-    if like is not None and t.device != like.device:
-        raise ValueError(f"{name} must be on {like.device}, got {t.device}")
-    cast = torch.amp.is_autocast_available(t.device.type) and torch.is_autocast_enabled(
-        t.device.type
-    )
-    if like is not None and dtype and t.dtype != like.dtype and not cast:
-        raise TypeError(f"{name} must have dtype {like.dtype}, got {t.dtype}")
+        raise TypeError(f"{name} must be a float tensor, got {getattr(t, 'dtype', t)}")
+    shape = (None,) * (t.dim() - 1) + (shape,) if isinstance(shape, int) else shape
+    like, kind = t if like is None else like, t.device.type
+    cast = torch.amp.is_autocast_available(kind) and torch.is_autocast_enabled(kind)
+    fits = t.dim() == len(shape) and all(s in (None, n) for s, n in zip(shape, t.shape))
+    same = t.device == like.device and (t.dtype == like.dtype or not dtype or cast)
+    if not fits or not same:
+        raise ValueError(f"{name} must be {shape}, {like.dtype if dtype else 'float'}"
+                         f" on {like.device}, got {tuple(t.shape)}, {t.dtype} on "
+                         f"{t.device}")
 
 
 def _check_bool_mask(name: str, mask: object, shape: tuple, device) -> None:
-    """None, or a boolean mask that broadcasts to ``shape`` without enlarging it."""
+    """None, or a bool mask (True = may attend) on device that broadcasts to shape."""
     if mask is None:
         return
     if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
-        got = mask.dtype if isinstance(mask, torch.Tensor) else type(mask).__name__
-        raise TypeError(f"{name} must be a bool tensor (True = may attend), got {got}")
-    try:
-        fits = torch.broadcast_shapes(mask.shape, shape) == torch.Size(shape)
-    except RuntimeError:
-        fits = False
+        raise TypeError(f"{name} must be bool, got {getattr(mask, 'dtype', mask)}")
+    fits = mask.dim() <= len(shape) and all(
+        a in (1, b) for a, b in zip(mask.shape[::-1], shape[::-1]))
     if not fits or mask.device != device:
-        raise ValueError(f"{name} must broadcast to {tuple(shape)} on {device}, got "
+        raise ValueError(f"{name} must broadcast to {shape} on {device}, got "
                          f"{tuple(mask.shape)} on {mask.device}")
 
 
@@ -226,18 +226,13 @@ class RMSNorm(nn.Module):
     # --8<-- [start:rms_norm]
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x / sqrt(mean(x^2) + eps) * weight, squared in float32 for half inputs."""
-        self._check_forward(x)
+        _check_float_tensor("x", x, self.d, self.weight, dtype=False)  # (..., d)
         # x^2 overflows float16 above 256: square in float32.
         acc = torch.float32 if x.dtype in (torch.float16, torch.bfloat16) else x.dtype
         h = x.to(acc)
         inv_rms = torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)  # (..., 1)
         return self.weight * (h * inv_rms).to(x.dtype)  # (..., d)
     # --8<-- [end:rms_norm]
-
-    def _check_forward(self, x: torch.Tensor) -> None:
-        rank = x.dim() if isinstance(x, torch.Tensor) and x.dim() else 1
-        shape = (None,) * (rank - 1) + (self.d,)
-        _check_float_tensor("x", x, shape, self.weight, dtype=False)
 
     def extra_repr(self) -> str:
         return f"{self.d}, eps={self.eps}"
@@ -266,9 +261,7 @@ class SwiGLU(nn.Module):
     # --8<-- [start:swiglu]
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """W_2 (silu(x W) * (x V))."""
-        w = self.gate_proj.weight
-        rank = x.dim() if isinstance(x, torch.Tensor) and x.dim() else 1
-        _check_float_tensor("x", x, (None,) * (rank - 1) + (w.shape[1],), w)
+        _check_float_tensor("x", x, self.gate_proj.in_features, self.up_proj.weight)
         # (B, N, D) -> (B, N, d_ff)
         hidden = F.silu(self.gate_proj(x)) * self.up_proj(x)
         return self.down_proj(hidden)  # (B, N, d_ff) -> (B, N, D)
@@ -320,8 +313,8 @@ def meta_to_half_split(weight: torch.Tensor, n_heads: int) -> torch.Tensor:
     _check_counts(n_heads=n_heads)
     _check_float_tensor("weight", weight, (None, None))
     if weight.shape[0] % (2 * n_heads):
-        raise ValueError(f"weight must have H * d rows with d even, H = {n_heads}, "
-                         f"got {weight.shape[0]} rows")
+        raise ValueError(f"weight must have H * d rows, d even, H = {n_heads}, got "
+                         f"{weight.shape[0]} rows")
     rows, cols = weight.shape
     # (H*d, D) -> (H, d/2, 2, D) -> (H, 2, d/2, D) -> (H*d, D)
     pairs = weight.reshape(n_heads, rows // n_heads // 2, 2, cols)
@@ -410,11 +403,9 @@ class DecoderAttention(nn.Module):
         super().__init__()
         n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
         self._check_init(d_model, n_heads, n_kv_heads, d_head, qk_norm, rope_base,
-                         rotary_dim, attend, output_gate)
+                         rotary_dim, scale)
         d_head = d_model // n_heads if d_head is None else d_head
         rotary_dim = d_head if rotary_dim is None else rotary_dim
-        _check_num("norm_eps", norm_eps, optional=False)
-        _check_num("scale", scale)
         self.n_heads, self.n_kv_heads, self.d_head = n_heads, n_kv_heads, d_head
         self.qk_norm, self.rope_base, self.rotary_dim = qk_norm, rope_base, rotary_dim
         self.interleaved = interleaved
@@ -433,30 +424,22 @@ class DecoderAttention(nn.Module):
 
     @staticmethod
     def _check_init(d_model, n_heads, n_kv_heads, d_head, qk_norm, rope_base,
-                    rotary_dim, attend, output_gate) -> None:
+                    rotary_dim, scale) -> None:
         _check_counts(d_model=d_model, n_heads=n_heads, n_kv_heads=n_kv_heads)
-        if n_heads % n_kv_heads:
-            raise ValueError(f"n_kv_heads must divide n_heads = {n_heads}, "
-                             f"got {n_kv_heads}")
-        if d_head is None and d_model % n_heads:
-            raise ValueError(f"d_model must be divisible by n_heads = {n_heads} when "
-                             f"d_head is None, got {d_model}")
+        if n_heads % n_kv_heads or d_head is None and d_model % n_heads:
+            raise ValueError(f"n_kv_heads must divide n_heads = {n_heads}, and n_heads "
+                             f"divide d_model if d_head is None, got n_kv_heads="
+                             f"{n_kv_heads}, d_model={d_model}")
         d_head = d_model // n_heads if d_head is None else d_head
         rotary_dim = d_head if rotary_dim is None else rotary_dim
         _check_counts(d_head=d_head)
         if qk_norm not in (None, "head", "full"):
             raise ValueError(f"qk_norm must be None, 'head' or 'full', got {qk_norm!r}")
-        if rope_base is not None:
-            _check_num("rope_base", rope_base, 1.0)
-            even = isinstance(rotary_dim, int) and rotary_dim % 2 == 0
-            if not even or not 2 <= rotary_dim <= d_head:
-                raise ValueError(f"rotary_dim must be even in [2, d_head = {d_head}], "
-                                 f"got {rotary_dim!r}")
-        if attend is not None and not callable(attend):
-            raise TypeError(f"attend must be callable, got {type(attend).__name__}")
-        if output_gate is not None and not isinstance(output_gate, nn.Module):
-            got = type(output_gate).__name__
-            raise TypeError(f"output_gate must be an nn.Module, got {got}")
+        if rope_base is not None and (rotary_dim % 2 or not 2 <= rotary_dim <= d_head):
+            raise ValueError(f"rotary_dim must be even in [2, d_head = {d_head}], "
+                             f"got {rotary_dim}")
+        _check_num("rope_base", rope_base, 1.0)
+        _check_num("scale", scale)
 
     # --8<-- [start:qk_norm]
     def heads(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -495,18 +478,15 @@ class DecoderAttention(nn.Module):
     # --8<-- [end:forward]
 
     def _check_forward(self, x, attn_mask, positions) -> None:
-        w = self.q_proj.weight
+        w, p = self.q_proj.weight, positions
         _check_float_tensor("x", x, (None, None, w.shape[1]), w)
-        b, n, _ = x.shape
-        _check_bool_mask("attn_mask", attn_mask, (b, self.n_heads, n, n), x.device)
-        if positions is not None and (not isinstance(positions, torch.Tensor)
-                                      or positions.shape not in ((n,), (b, n))):
-            is_tensor = isinstance(positions, torch.Tensor)
-            got = tuple(positions.shape) if is_tensor else positions
-            raise ValueError(f"positions must have shape (N,) or (B, N) = ({n},) or "
-                             f"({b}, {n}), got {got}")
-        if positions is not None and positions.device != x.device:
-            raise ValueError(f"positions must be on {x.device}, got {positions.device}")
+        (b, n, _), dev = x.shape, x.device
+        _check_bool_mask("attn_mask", attn_mask, (b, self.n_heads, n, n), dev)
+        ok = torch.is_tensor(p) and p.shape in ((n,), (b, n)) and p.device == dev
+        if p is not None and not ok:
+            got = f"{tuple(p.shape)} on {p.device}" if torch.is_tensor(p) else p
+            raise ValueError(f"positions must be (N,) or (B, N) = {b, n} on {dev}, "
+                             f"got {got}")
 
     @staticmethod
     def _allowed(attn_mask, is_causal: bool, n: int, device) -> torch.Tensor | None:
@@ -536,10 +516,6 @@ class DecoderLayer(nn.Module):
         self, attention: nn.Module, d_model: int, d_ff: int, *, norm_eps: float = 1e-6
     ) -> None:
         super().__init__()
-        if not isinstance(attention, nn.Module):
-            got = type(attention).__name__
-            raise TypeError(f"attention must be an nn.Module, got {got}")
-        _check_counts(d_model=d_model)
         self.self_attn = attention
         self.mlp = SwiGLU(d_model, d_ff)
         self.input_layernorm = RMSNorm(d_model, norm_eps)  # before attention
@@ -548,8 +524,6 @@ class DecoderLayer(nn.Module):
     # --8<-- [start:layer]
     def forward(self, x, *, attn_mask=None, positions=None):
         """Pre-norm: each branch reads a normalised copy and adds its result back."""
-        w = self.mlp.gate_proj.weight
-        _check_float_tensor("x", x, (None, None, w.shape[1]), w)
         # The residual stream itself is never normalised.
         normed = self.input_layernorm(x)
         # (B, N, D) + (B, N, D)
