@@ -293,9 +293,13 @@ def test_a_failing_example_fails_the_build(tmp_path, built_site):
         if (built_site.cache / part).is_dir():
             shutil.copytree(built_site.cache / part, tmp_path / "cache" / part)
     project = tmp_path / "project"
-    shutil.copytree(
-        ROOT, project, ignore=shutil.ignore_patterns(".git", ".venv", ".cache", "site", "__pycache__", "examples")
-    )
+    common = shutil.ignore_patterns(".git", ".venv", ".cache", "site", "__pycache__")
+
+    def ignore(folder, names):  # docs/examples only: hooks/ has a package named examples too
+        skipped = set(common(folder, names))
+        return skipped | ({"examples"} if pathlib.Path(folder) == DOCS else set())
+
+    shutil.copytree(ROOT, project, ignore=ignore)
     (project / "docs" / "examples").mkdir()
     shutil.copy(DOCS / "examples" / "_plotting.py", project / "docs" / "examples")
     (project / "docs" / "examples" / "broken.py").write_text(
