@@ -939,6 +939,20 @@ ZOOM_STATE = """() => {
 }"""
 
 
+SETTLED_FIGURE = """() => {
+  const imgs = [...document.querySelectorAll('.md-content .jupyter-wrapper img.fg-zoomable')];
+  const img = imgs[imgs.length - 1];
+  if (!img || !img.complete || img.naturalWidth === 0 || img.getBoundingClientRect().width === 0) {
+    window.__fgSettled = 0;
+    return false;
+  }
+  const key = imgs.length + ':' + img.naturalWidth + ':' + img.getAttribute('src').slice(-80);
+  if (window.__fgKey !== key) { window.__fgKey = key; window.__fgSettled = 0; return false; }
+  window.__fgSettled += 1;
+  return window.__fgSettled >= 5;
+}"""
+
+
 def test_figures_open_full_size_and_close_with_the_keyboard(browser, base_url, pages):
     context, page, guard = new_page(browser, scheme="dark")
     try:
@@ -950,6 +964,10 @@ def test_figures_open_full_size_and_close_with_the_keyboard(browser, base_url, p
         page.wait_for_url(re.compile(re.escape(base_url + "examples/tiny_bert/")))
         page.wait_for_function("() => document.querySelectorAll('.md-content img.fg-zoomable').length >= 2")
         assert page.evaluate("window.__sameDocument === true"), "instant navigation is off"
+        # Wait until the last figure is laid out and stays the same figure for
+        # half a second: just after the navigation the outgoing page's images
+        # and the incoming ones can both match, one of them at zero width.
+        page.wait_for_function(SETTLED_FIGURE, polling=100, timeout=15000)
         figure = page.locator(".md-content .jupyter-wrapper img.fg-zoomable").last
         # The page's scripts (math, zoom) may still swap nodes just after the
         # navigation; the locator finds the figure afresh on each try.
@@ -969,6 +987,7 @@ def test_figures_open_full_size_and_close_with_the_keyboard(browser, base_url, p
         page.keyboard.press("Enter")
         state = page.evaluate(ZOOM_STATE)
         assert state["open"], "Enter on a figure did not open it"
+        assert state["bigNatural"] == shown["natural"], f"another figure opened: {state} vs {shown}"
         assert abs(state["bigWidth"] - shown["natural"]) < 1, f"not at full size: {state} vs {shown}"
         assert state["focusInLayer"], "the focus did not move into the full-size view"
         page.keyboard.press("Tab")
