@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import base64
 import importlib.util
+import math
 import os
 import pathlib
 import re
@@ -25,6 +26,8 @@ import torch
 
 import browser_support as bs
 from snippets.efficiency.sliding_window import sliding_window_mask
+from snippets.linear.block_sparse_attention import moba_attention, moba_block_choice
+from snippets.linear.softmax_that_forgets import forgetting_attention
 from snippets.foundations.masks import causal_mask, padding_mask
 from snippets.foundations.scaled_dot_product import scaled_dot_product_attention
 
@@ -85,6 +88,41 @@ def exported_weights(data: dict, sentence: int, layer: int, causal: bool, window
         attn_mask = attn_mask & key_mask  # (N, N) & (1, N): every query loses the padded keys
     _, weights = scaled_dot_product_attention(q, k, k, attn_mask=attn_mask)
     return weights
+
+
+def selected_weights(data: dict, sentence: int, layer: int, case: tuple) -> torch.Tensor:
+    """(H, N, N) weights under the second row of controls: the mask, AND the
+    blocks the guide's ``moba_block_choice`` keeps per head, with the bias
+    |i - j| log a; by the guide's scaled_dot_product_attention in float64."""
+    causal, window, padding, block, top_k, gate = case
+    entry = data["sentences"][sentence]
+    n, heads, d = len(entry["tokens"]), data["heads"], data["d_head"]
+    q = _decode(entry["layers"][layer]["q"], heads, n, d)
+    k = _decode(entry["layers"][layer]["k"], heads, n, d)
+    attn_mask, key_mask = _allowed(n, causal, window, padding)
+    allowed = (attn_mask if key_mask is None else attn_mask & key_mask).expand(heads, n, n)
+    if block:
+        kept = moba_block_choice(q[None], k[None], block_size=block, top_k=top_k)[0]  # (H, N, n_b)
+        allowed = allowed & kept.repeat_interleave(block, dim=-1)[..., :n]
+    i, j = torch.arange(n)[:, None], torch.arange(n)
+    bias = (i - j).abs().to(torch.float64) * math.log(gate)  # 0 when the gate is off
+    _, weights = scaled_dot_product_attention(q, k, k, attn_mask=bias.masked_fill(~allowed, -math.inf))
+    return weights
+
+
+def snippet_weights(data: dict, sentence: int, layer: int, block: int, top_k: int, gate: float) -> torch.Tensor:
+    """(H, N, N) weights of the causal snippets themselves, read off with v = I:
+    ``moba_attention`` for a block choice, ``forgetting_attention`` for a gate."""
+    entry = data["sentences"][sentence]
+    n, heads, d = len(entry["tokens"]), data["heads"], data["d_head"]
+    q = _decode(entry["layers"][layer]["q"], heads, n, d)[None]
+    k = _decode(entry["layers"][layer]["k"], heads, n, d)[None]
+    eye = torch.eye(n, dtype=torch.float64).expand(1, heads, n, n)
+    if block:
+        assert gate == 1
+        return moba_attention(q, k, eye, block_size=block, top_k=top_k)[0]
+    log_f = torch.full((1, heads, n), math.log(gate), dtype=torch.float64)
+    return forgetting_attention(q, k, eye, log_f)[0]
 
 
 # ----------------------------------------------------------------------------
@@ -236,6 +274,72 @@ def test_page_weights_equal_the_models(chromium, url, site, trained):
         context.close()
 
 
+SELECTION_CASES = [  # sentence, layer, (causal, window, padding, block C, top k, gate a)
+    (0, 0, (True, 0, 0, 3, 2, 1.0)),
+    (1, 1, (True, 0, 0, 2, 1, 1.0)),   # own block only
+    (2, 0, (True, 0, 0, 4, 4, 1.0)),   # every block: the trained weights
+    (3, 1, (True, 0, 0, 0, 2, 0.7)),   # FoX with a constant gate
+    (0, 1, (False, 3, 2, 3, 2, 0.85)),
+    (1, 0, (True, 2, 1, 2, 3, 0.6)),
+]
+
+
+def test_selection_reference_equals_the_snippets(trained):
+    """The Python side of the selection test: the generic masked form equals
+    the causal snippets (MoBA and FoX) where they apply, and all blocks kept
+    equals the trained causal weights."""
+    data = hook.export(trained)
+    checked = 0
+    for sentence, layer, case in SELECTION_CASES:
+        causal, window, padding, block, top_k, gate = case
+        if not (causal and window == 0 and padding == 0):
+            continue
+        ours = selected_weights(data, sentence, layer, case)
+        torch.testing.assert_close(ours, snippet_weights(data, sentence, layer, block, top_k, gate),
+                                   rtol=0, atol=1e-12)
+        checked += 1
+    assert checked == 4
+    every = selected_weights(data, 2, 0, (True, 0, 0, 4, 4, 1.0))
+    torch.testing.assert_close(every, exported_weights(data, 2, 0, True, 0, 0), rtol=0, atol=1e-12)
+    own = selected_weights(data, 1, 1, (True, 0, 0, 2, 1, 1.0))
+    i, j = torch.arange(13)[:, None], torch.arange(13)
+    assert not own[:, (i // 2 != j // 2)].any(), "top_k = 1 read a key outside the query's own block"
+
+
+@pytest.mark.browser
+def test_page_selection_equals_the_snippets(chromium, url, site, trained):
+    data = hook.read_data_script((site / hook.DATA_URI).read_text(encoding="utf-8"))
+    assert data == hook.export(trained)
+    context, page, guard = _open(chromium, url + EXPLORER)
+    try:
+        page.wait_for_function(READY)
+        _choose(page, "head", "all")
+        differ = 0
+        for sentence, layer, case in SELECTION_CASES:
+            causal, window, padding, block, top_k, gate = case
+            _choose(page, "sentence", str(sentence))
+            _choose(page, "layer", str(layer))
+            _set_mask(page, causal, window, padding)
+            _choose(page, "block", str(block))
+            _choose(page, "topk", str(top_k))
+            page.locator(".fg-explorer input[data-role=gate]").fill(str(gate))
+            state = page.evaluate("() => JSON.parse(document.querySelector('.fg-explorer').dataset.state)")
+            assert state["gate"] == gate and state["block"] == block and state["topk"] == top_k, state
+            n = len(data["sentences"][sentence]["tokens"])
+            got = _page_weights(page, data["heads"], n)
+            want = selected_weights(data, sentence, layer, case)
+            torch.testing.assert_close(got, want, rtol=0, atol=1e-12, msg=lambda m: f"{case}: page vs snippet: {m}")
+            # Per head, the grey cells are the keys that head's block gate dropped.
+            masked = page.evaluate("""() => [...document.querySelectorAll('.fg-explorer__map')].map(m =>
+              [...m.children].filter(c => c.classList.contains('is-masked')).length)""")
+            differ += len(set(masked)) > 1
+        assert differ >= 1, "no case showed heads choosing different blocks"
+        assert not guard.console and not guard.off_host, (guard.console, guard.off_host)
+        _screenshot(page.locator(".fg-explorer"), "explorer-selection.png")
+    finally:
+        context.close()
+
+
 @pytest.mark.browser
 def test_explorer_reacts_to_pointer_and_keyboard(chromium, url):
     context, page, guard = _open(chromium, url + EXPLORER)
@@ -263,7 +367,7 @@ def test_explorer_reacts_to_pointer_and_keyboard(chromium, url):
         assert page.evaluate(pressed) == 0 and readout.inner_text().startswith("Query 1 ")
         # One tab stop for the tokens (roving tabindex), reached from the last control.
         assert page.locator(".fg-explorer__token[tabindex='0']").count() == 1
-        page.locator(".fg-explorer select[data-role=padding]").focus()
+        page.locator(".fg-explorer input[data-role=gate]").focus()
         page.keyboard.press("Tab")
         assert page.evaluate("() => document.activeElement.classList.contains('fg-explorer__token')")
         # Every control has a label.

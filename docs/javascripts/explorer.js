@@ -74,14 +74,48 @@
     return rows;
   }
 
-  // Weights (N x N) of one head: q and k are (H, N, d) float arrays.
-  function headWeights(q, k, head, n, d, allowed) {
+  // MoBA's block gate for one head (snippets/linear/block_sparse_attention.py):
+  // keys in blocks of C, each block scored by q_i . (mean key of the block);
+  // query i keeps its own block floor(i / C) and the topK - 1 best blocks that
+  // end before it. Returns the (N x N) keys each query may read.
+  function blockChoice(q, k, head, n, d, block, topK) {
+    var base = head * n * d, nBlocks = Math.ceil(n / block), means = [], b, t, j;
+    for (b = 0; b < nBlocks; b++) {
+      var mean = new Float64Array(d), end = Math.min(n, (b + 1) * block);
+      for (j = b * block; j < end; j++) for (t = 0; t < d; t++) mean[t] += k[base + j * d + t];
+      for (t = 0; t < d; t++) mean[t] /= end - b * block;
+      means.push(mean);
+    }
+    var rows = [];
+    for (var i = 0; i < n; i++) {
+      var own = Math.floor(i / block), past = [];
+      for (b = 0; b < own; b++) {
+        var s = 0;
+        for (t = 0; t < d; t++) s += q[base + i * d + t] * means[b][t];
+        past.push([s, b]);
+      }
+      past.sort(function (x, y) { return y[0] - x[0]; });
+      var kept = {};
+      kept[own] = true;
+      past.slice(0, topK - 1).forEach(function (p) { kept[p[1]] = true; });
+      var row = [];
+      for (j = 0; j < n; j++) row.push(!!kept[Math.floor(j / block)]);
+      rows.push(row);
+    }
+    return rows;
+  }
+
+  // Weights (N x N) of one head: q and k are (H, N, d) float arrays. logGate
+  // (log a <= 0) adds the forgetting bias (i - j) log a, FoX's with a constant
+  // gate; a key after the query (causal off) is charged its distance |i - j|.
+  function headWeights(q, k, head, n, d, allowed, logGate) {
     var scale = 1 / Math.sqrt(d), base = head * n * d, rows = [];
     for (var i = 0; i < n; i++) {
       var scores = [];
       for (var j = 0; j < n; j++) {
         var s = 0;
         for (var t = 0; t < d; t++) s += (q[base + i * d + t] * scale) * k[base + j * d + t];
+        if (logGate) s += Math.abs(i - j) * logGate;
         scores.push(s);
       }
       rows.push(softmax(scores, allowed[i]));
@@ -123,7 +157,7 @@
     var data = (window.fgExplorerData || {})[root.getAttribute("data-model") || "tiny-gpt"];
     if (!data) return false;  // the data script has not run yet
     var H = data.heads, d = data.d_head, L = data.layers;
-    var state = { sentence: 0, layer: 0, head: 0, query: 6, causal: true, window: 0, padding: 0 };
+    var state = { sentence: 0, layer: 0, head: 0, query: 6, causal: true, window: 0, padding: 0, block: 0, topk: 2, gate: 1 };
     var decoded = data.sentences.map(function (s) {
       return s.layers.map(function (l) { return { q: decode(l.q), k: decode(l.k) }; });
     });
@@ -150,6 +184,18 @@
       select("Window w", "window", [[0, "off"]].concat(range(n0 - 1).map(function (w) { return [w + 1, String(w + 1)]; })), 0),
       select("Padded keys at the end", "padding", range(5).map(function (p) { return [p, String(p)]; }), 0),
     ]);
+    var gateId = "fg-x-" + ++uid;
+    var gateShown = el("output", { for: gateId, class: "fg-explorer__gate", text: "1.00 (off)" });
+    var reads = el("fieldset", { class: "fg-explorer__masks" }, [
+      el("legend", { text: "Which keys each query reads" }),
+      select("Key blocks of C (MoBA)", "block", [[0, "off"], [2, "2"], [3, "3"], [4, "4"]], 0),
+      select("Blocks kept k", "topk", range(4).map(function (b) { return [b + 1, String(b + 1)]; }), 2),
+      el("span", { class: "fg-control" }, [
+        el("label", { for: gateId, text: "Forget gate a" }),
+        el("input", { type: "range", id: gateId, "data-role": "gate", min: "0.5", max: "1", step: "0.05", value: "1" }),
+        gateShown,
+      ]),
+    ]);
     var hintId = "fg-x-" + ++uid;
     var hint = el("p", {
       id: hintId, class: "fg-explorer__hint",
@@ -166,16 +212,26 @@
       el("summary", { text: "The query's weights as numbers" }), table,
     ]);
     root.textContent = "";
-    [about, controls, masks, hint, bars, tokens, readout, changes, maps, details].forEach(function (c) { root.appendChild(c); });
+    [about, controls, masks, reads, hint, bars, tokens, readout, changes, maps, details].forEach(function (c) { root.appendChild(c); });
 
     function tokenList() { return data.sentences[state.sentence].tokens; }
     function heads() { return state.head === "all" ? range(H) : [state.head]; }
-    function mask() { return { causal: state.causal, window: state.window, padding: state.padding }; }
+    function mask() {
+      return { causal: state.causal, window: state.window, padding: state.padding,
+               block: state.block, topk: state.topk, gate: state.gate };
+    }
 
+    // Per head: the keys each query may read (the mask, AND the blocks MoBA's
+    // gate keeps) and the weights.
     function compute(m) {
       var qk = decoded[state.sentence][state.layer], n = tokenList().length;
-      var allowed = maskMatrix(n, m);
-      return { allowed: allowed, weights: range(H).map(function (h) { return headWeights(qk.q, qk.k, h, n, d, allowed); }) };
+      var base = maskMatrix(n, m), logGate = m.gate < 1 ? Math.log(m.gate) : 0;
+      var allowed = range(H).map(function (h) {
+        if (!m.block) return base;
+        var kept = blockChoice(qk.q, qk.k, h, n, d, m.block, m.topk);
+        return base.map(function (row, i) { return row.map(function (ok, j) { return ok && kept[i][j]; }); });
+      });
+      return { allowed: allowed, weights: range(H).map(function (h) { return headWeights(qk.q, qk.k, h, n, d, allowed[h], logGate); }) };
     }
 
     function renderTokens() {
@@ -198,7 +254,7 @@
     function render() {
       var toks = tokenList(), n = toks.length, i = state.query;
       var now = compute(mask());
-      var trained = compute({ causal: true, window: 0, padding: 0 });
+      var trained = compute({ causal: true, window: 0, padding: 0, block: 0, topk: 1, gate: 1 });
       root.setAttribute("data-state", JSON.stringify(state));
 
       tokens.querySelectorAll("button").forEach(function (b, j) {
@@ -212,9 +268,9 @@
         setColumns(row, n);
         now.weights[h][i].forEach(function (w, j) {
           var bar = el("div", { class: "fg-explorer__bar", "data-j": String(j), "data-w": String(w) });
-          if (!now.allowed[i][j]) bar.classList.add("is-masked");
+          if (!now.allowed[h][i][j]) bar.classList.add("is-masked");
           bar.style.setProperty("--w", String(w));
-          bar.title = "head " + (h + 1) + ", key " + (j + 1) + " " + quote(toks[j]) + ": " + (now.allowed[i][j] ? w.toFixed(3) : "masked");
+          bar.title = "head " + (h + 1) + ", key " + (j + 1) + " " + quote(toks[j]) + ": " + (now.allowed[h][i][j] ? w.toFixed(3) : "masked");
           row.appendChild(bar);
         });
         bars.appendChild(el("div", { class: "fg-explorer__barlabel", text: "head " + (h + 1) }));
@@ -231,7 +287,7 @@
             var cell = el("div", {
               class: "fg-explorer__cell", "data-i": String(r), "data-j": String(c), "data-w": String(w),
             });
-            if (!now.allowed[r][c]) cell.classList.add("is-masked");
+            if (!now.allowed[h][r][c]) cell.classList.add("is-masked");
             if (r === i) cell.classList.add("is-query");
             cell.style.setProperty("--w", String(w));
             grid.appendChild(cell);
@@ -252,7 +308,7 @@
       toks.forEach(function (t, j) {
         var tr = el("tr", {}, [el("th", { scope: "row", text: (j + 1) + " " + quote(t) })]);
         heads().forEach(function (h) {
-          tr.appendChild(el("td", { text: now.allowed[i][j] ? now.weights[h][i][j].toFixed(3) : "masked" }));
+          tr.appendChild(el("td", { text: now.allowed[h][i][j] ? now.weights[h][i][j].toFixed(3) : "masked" }));
         });
         body.appendChild(tr);
       });
@@ -261,8 +317,8 @@
       // The readout: where the query looks, head by head.
       var parts = heads().map(function (h) {
         var w = now.weights[h][i];
-        if (!now.allowed[i].some(Boolean)) return "head " + (h + 1) + ": no key allowed, all weights 0";
-        var order = range(n).filter(function (j) { return now.allowed[i][j]; }).sort(function (a, b) { return w[b] - w[a]; });
+        if (!now.allowed[h][i].some(Boolean)) return "head " + (h + 1) + ": no key allowed, all weights 0";
+        var order = range(n).filter(function (j) { return now.allowed[h][i][j]; }).sort(function (a, b) { return w[b] - w[a]; });
         var top = order.slice(0, 2).map(function (j) { return "key " + (j + 1) + " " + quote(toks[j]) + " " + fmt(w[j]); });
         return "head " + (h + 1) + ": " + top.join(", then ");
       });
@@ -275,7 +331,7 @@
       });
       changes.textContent = changed.length === 0
         ? "Every row is the same as under the causal mask the model was trained with."
-        : "Rows that differ from the trained (causal) mask: query " + changed.map(function (r) { return r + 1; }).join(", ") + ".";
+        : "Rows that differ from the trained (causal) attention: query " + changed.map(function (r) { return r + 1; }).join(", ") + ".";
       changes.setAttribute("data-changed", changed.join(","));
     }
 
@@ -313,15 +369,22 @@
       var cell = e.target.closest("[data-i]");
       if (cell) choose(Number(cell.getAttribute("data-i")), false);
     });
-    root.addEventListener("change", function (e) {
+    function onChange(e) {
       var role = e.target.getAttribute("data-role");
       if (!role) return;
       if (role === "causal") state.causal = e.target.checked;
+      else if (role === "gate") {
+        state.gate = Number(e.target.value);
+        gateShown.textContent = state.gate.toFixed(2) + (state.gate === 1 ? " (off)" : "");
+      }
       else if (role === "head") state.head = e.target.value === "all" ? "all" : Number(e.target.value);
       else state[role] = Number(e.target.value);
       if (role === "sentence" || role === "padding") renderTokens();
       render();
-    });
+    }
+    root.addEventListener("change", onChange);
+    // The slider redraws while it moves, not only when it is let go.
+    root.addEventListener("input", function (e) { if (e.target.type === "range") onChange(e); });
 
     renderTokens();
     render();
