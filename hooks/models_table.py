@@ -44,7 +44,10 @@ COLUMNS = [
     ("sinks", "sinks"),
 ]
 MLA_FIELDS = ("kv_lora_rank", "rope_head_dim")
-OPTIONAL = ("notes",) + MLA_FIELDS
+# index_head_dim: the key a sparse-attention indexer caches per entry (DeepSeek
+# Sparse Attention); key_is_value: one tensor serves as key and value, so it is
+# cached once (DeepSeek-V4).
+OPTIONAL = ("notes",) + MLA_FIELDS + ("index_head_dim", "key_is_value")
 SOURCE_KINDS = {"config": ("repo", "file"), "paper": ("arxiv", "where"), "code": ("repo", "file", "version")}
 MARK = {"config": "c", "paper": "p", "code": "m"}
 LENGTHS = (8192, 32768, 131072)
@@ -87,7 +90,8 @@ def check_model(model: dict) -> None:
             raise ValueError(f"{name}: {field} has no value")
         if cell["source"] not in sources:
             raise ValueError(f"{name}: {field} cites source {cell['source']!r}, which the model does not list")
-    for field in ("heads", "kv_heads", "head_dim", "layers") + (MLA_FIELDS if "kv_lora_rank" in model else ()):
+    ints = ("heads", "kv_heads", "head_dim", "layers") + (MLA_FIELDS if "kv_lora_rank" in model else ())
+    for field in ints + (("index_head_dim",) if "index_head_dim" in model else ()):
         value = model[field]["value"]
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{name}: {field} must be a positive int, got {value!r}")
@@ -121,33 +125,68 @@ def layer_types(model: dict) -> list[str]:
     local, every = pattern.get("local"), pattern.get("every")
     if local is None:
         return ["full_attention"] * n
+    full_layers, ratios = pattern.get("full_layers"), pattern.get("compress_ratios")
+    if full_layers is not None and (every is not None or not isinstance(full_layers, list) or not full_layers
+                                    or full_layers != sorted(set(full_layers))
+                                    or not all(isinstance(i, int) and 0 <= i < n for i in full_layers)):
+        raise ValueError(f"{model['name']}: full_layers must be sorted distinct layer indices below {n} "
+                         f"with every: null, got {full_layers!r}")
+    if ratios is not None and (local != "sliding_attention" or every is not None or not isinstance(ratios, list)
+                               or len(ratios) != n
+                               or not all(isinstance(m, int) and m >= 0 for m in ratios)):
+        raise ValueError(f"{model['name']}: compress_ratios must be one int >= 0 per layer (0: window only), "
+                         f"with local: sliding_attention and every: null, got {ratios!r}")
     if local == "sliding_attention" and not pattern.get("window"):
         raise ValueError(f"{model['name']}: a sliding pattern needs a window")
     if local == "chunked_attention" and not pattern.get("chunk"):
         raise ValueError(f"{model['name']}: a chunked pattern needs a chunk")
     if every is None:
         patterns.periodic_layer_types(0, 1, local=local)  # checks the kind
-        return [local] * n
+        full = set(full_layers or ())
+        return ["full_attention" if i in full else local for i in range(n)]
     return patterns.periodic_layer_types(n, every, local=local)
 
 
+def _index_key(model: dict) -> int:
+    return model["index_head_dim"]["value"] if "index_head_dim" in model else 0
+
+
 def elements_per_token(model: dict) -> int:
-    """Numbers one attention layer caches per token."""
+    """Numbers one attention layer caches per token (per window token for compressed layers)."""
     sizes, _ = _snippets()
     if model["attention"]["value"] == "MLA":
-        return sizes.mla_cache_elements(model["kv_lora_rank"]["value"], model["rope_head_dim"]["value"])
+        latent = sizes.mla_cache_elements(model["kv_lora_rank"]["value"], model["rope_head_dim"]["value"])
+        return latent + _index_key(model)  # an indexer caches its own key for every token
+    if model.get("key_is_value", {}).get("value") is True:
+        return model["kv_heads"]["value"] * model["head_dim"]["value"]
     return sizes.mha_cache_elements(model["kv_heads"]["value"], model["head_dim"]["value"])
 
 
+def compressed_entries(model: dict, seq_len: int) -> int:
+    """Numbers the compressed layers cache on top of their windows after seq_len tokens.
+
+    A layer with ratio m keeps floor(seq_len / m) complete entries, each as wide as a
+    window entry; the layers with ratio `indexed_ratio` also keep an index key per entry.
+    """
+    pattern = model["layer_pattern"]["value"]
+    indexed = pattern.get("indexed_ratio")
+    return sum((seq_len // m) * (elements_per_token(model) + (_index_key(model) if m == indexed else 0))
+               for m in pattern.get("compress_ratios") or () if m)
+
+
 def cache_bytes(model: dict, seq_len: int, *, all_global: bool = False) -> int:
-    """The decoding cache of one sequence in bfloat16 (local layers capped)."""
+    """The decoding cache of one sequence in bfloat16 (local layers capped).
+
+    all_global makes every softmax layer full and drops compressed entries.
+    """
     sizes, _ = _snippets()
     types = layer_types(model)
     if all_global:
         types = ["full_attention" if t != "linear_attention" else t for t in types]
     pattern = model["layer_pattern"]["value"]
-    return sizes.model_cache_bytes(seq_len, types, elements_per_token(model), window=pattern.get("window"),
-                                   chunk=pattern.get("chunk"), bytes_per_element=BYTES_PER_ELEMENT)
+    windows = sizes.model_cache_bytes(seq_len, types, elements_per_token(model), window=pattern.get("window"),
+                                      chunk=pattern.get("chunk"), bytes_per_element=BYTES_PER_ELEMENT)
+    return windows + (0 if all_global else BYTES_PER_ELEMENT * compressed_entries(model, seq_len))
 
 
 # --- rendering ----------------------------------------------------------------
@@ -165,6 +204,18 @@ def _pattern_text(model: dict) -> str:
     _, patterns = _snippets()
     pattern = model["layer_pattern"]["value"]
     text = patterns.summarize_layer_types(layer_types(model))
+    if pattern.get("compress_ratios"):
+        ratios = pattern["compress_ratios"]
+        parts = [f"{ratios.count(0)} window only"] if 0 in ratios else []
+        parts += [f"{ratios.count(m)} with 1 compressed entry per {m} tokens"
+                  + (" and an indexer" if m == pattern.get("indexed_ratio") else "")
+                  for m in sorted(set(ratios) - {0})]
+        text = f"all {len(ratios)} sliding: " + ", ".join(parts)
+    if pattern.get("full_layers"):  # uneven: name the global layers, counted from 1 as configs do
+        full = pattern["full_layers"]
+        local = pattern["local"].removesuffix("_attention")
+        text = (f"{len(full)} full of {model['layers']['value']}, the others {local}: "
+                f"full at {', '.join(str(i + 1) for i in full)}")
     if pattern.get("window"):
         text += f"; window {pattern['window']:,}"
     if pattern.get("chunk"):
@@ -220,8 +271,14 @@ def render_cache(models: list[dict]) -> str:
         full = types.count("full_attention")
         per_token = elements_per_token(m)
         kind = m["attention"]["value"]
-        what = (f"{per_token:,} (latent {m['kv_lora_rank']['value']} + rotary key {m['rope_head_dim']['value']})"
-                if kind == "MLA" else f"{per_token:,} ($2 \\times {m['kv_heads']['value']} \\times {m['head_dim']['value']}$)")
+        index = f" + index key {m['index_head_dim']['value']}" if "index_head_dim" in m else ""
+        if kind == "MLA":
+            what = f"{per_token:,} (latent {m['kv_lora_rank']['value']} + rotary key {m['rope_head_dim']['value']}{index})"
+        elif m.get("key_is_value", {}).get("value") is True:
+            what = (f"{per_token:,} per window token and per compressed entry (key = value, "
+                    f"${m['kv_heads']['value']} \\times {m['head_dim']['value']}$){index} in the indexed layers")
+        else:
+            what = f"{per_token:,} ($2 \\times {m['kv_heads']['value']} \\times {m['head_dim']['value']}$)"
         sizes = " | ".join(_size(cache_bytes(m, n)) for n in LENGTHS)
         rows.append(f"| {m['name']} | {what} | {capped} / {full} | {sizes} | {_size(cache_bytes(m, LENGTHS[-1], all_global=True))} |")
     return "\n".join([head, rule, *rows])
