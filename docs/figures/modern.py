@@ -188,7 +188,10 @@ def model_cache_sizes(s):
     models = load_models()
     lengths = (8192, 32768, 131072)
     gib = 2**30
-    fig, ax = s.figure(7.4, 3.9, adjust={"left": 0.22, "right": 0.98, "top": 0.9, "bottom": 0.12})
+    # a quarter inch per model, so the names stay apart as the census grows
+    height = 1.2 + 0.22 * len(models)
+    fig, ax = s.figure(7.4, height, adjust={"left": 0.22, "right": 0.98, "top": 1 - 0.35 / height,
+                                            "bottom": 0.45 / height})
     for y, model in enumerate(models):
         sizes = [cache_bytes(model, n) / gib for n in lengths]
         ax.plot(sizes, [y] * 3, color=s.faint, linewidth=3, zorder=1)
