@@ -48,6 +48,33 @@ def _(s):
     return [Call(S.stick_breaking_attention, {**_qkv(s), "scale": 0.5}, QKV)]
 
 
+def _path(s):
+    w = torch.nn.functional.normalize(r(s.b, s.h, s.n, s.d), dim=-1)
+    return {**_qkv(s), "w": w, "beta": 2 * torch.rand(s.b, s.h, s.n)}
+
+
+@fuzz("linear.softmax_that_forgets.path_attention")
+def _(s):
+    return [Call(S.path_attention, {**_path(s), "log_f": _log_f(s), "scale": 0.5},
+                 {**QKV, "w": T(rank=4, tied=(0, 1, 2, 3), names=("q",)),
+                  "beta": T(rank=3, tied=(0, 1, 2), names=("q",), dtype_peer=False),
+                  "log_f": T(rank=3, tied=(0, 1, 2), names=("q",), dtype_peer=False)})]
+
+
+@fuzz("linear.softmax_that_forgets.householder_transition")
+def _(s):
+    path = _path(s)
+    return [Call(S.householder_transition, {"w": path["w"], "beta": path["beta"]}, {})]
+
+
+@fuzz("linear.softmax_that_forgets.path_scores_by_steps",
+      "linear.softmax_that_forgets.path_scores")
+def _(s):
+    path = {k: v for k, v in _path(s).items() if k != "v"}
+    return [Call(S.path_scores_by_steps, path, {}, target="path_scores_by_steps"),
+            Call(S.path_scores, path, {}, target="path_scores")]
+
+
 test_valid_calls_run, test_every_way_to_break_each_argument_once, test_malformed_input_gets_a_named_error = (
     fuzz_tests("linear.softmax_that_forgets.")
 )

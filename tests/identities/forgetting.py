@@ -48,3 +48,57 @@ def stick_breaking_log_space_equals_definition():
         for j in range(i):
             a[..., i, j] = beta[..., i, j] * torch.prod(1 - beta[..., i, j + 1:i], dim=-1)
     return S.stick_breaking_weights(z), a
+
+
+def _path(n=9, d=5, beta_range=(0.0, 2.0)):
+    q, k, v = (torch.randn(2, 2, n, d, dtype=torch.float64) for _ in range(3))
+    w = F.normalize(torch.randn(2, 2, n, d, dtype=torch.float64), dim=-1)
+    beta = beta_range[0] + (beta_range[1] - beta_range[0]) * torch.rand(2, 2, n, dtype=torch.float64)
+    return q, k, v, w, beta
+
+
+def _below(scores):
+    return scores.masked_fill(torch.ones(scores.shape[-1], scores.shape[-1], dtype=torch.bool).triu(1), 0.0)
+
+
+@identity("path-ut-form-equals-steps",
+          "PaTH scores from one UT transform equal q_i^T H_i ... H_{j+1} k_j computed token by token",
+          page=PAGE, tol=1e-12)
+def path_ut_form_equals_steps():
+    q, k, _, w, beta = _path()
+    return _below(S.path_scores(q, k, w, beta)), _below(S.path_scores_by_steps(q, k, w, beta))
+
+
+@identity("path-beta-zero-is-nope",
+          "PaTH attention with every beta 0 equals causal softmax attention with no positions",
+          page=PAGE, tol=1e-12)
+def path_beta_zero_is_nope():
+    q, k, v, w, _ = _path()
+    zero = torch.zeros(2, 2, 9, dtype=torch.float64)
+    return S.path_attention(q, k, v, w, zero), F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+
+@identity("path-constant-transition-closed-form",
+          "a constant transition gives q_i^T (I - (1 - (1 - beta)^(i-j)) w w^T) k_j: relative, not rotary",
+          page=PAGE, tol=1e-12)
+def path_constant_transition_closed_form():
+    q, k, _, w, _ = _path()
+    u = w[..., :1, :]  # (B, H, 1, d): one direction for every token
+    beta = torch.full((2, 2, 9), 0.7, dtype=torch.float64)
+    dist = (torch.arange(9)[:, None] - torch.arange(9)).clamp(min=0).double()
+    qw_wk = (q @ u.transpose(-1, -2)) @ (u @ k.transpose(-1, -2))  # (q_i . w)(w . k_j)
+    closed = q @ k.transpose(-1, -2) - (1 - (1 - 0.7) ** dist) * qw_wk
+    return _below(S.path_scores(q, k, u.expand_as(w), beta)), _below(closed)
+
+
+@identity("path-matches-fla-with-scaled-gate",
+          "PaTH-FoX with log_f = g * scale equals fla's chunked PaTH reference with forget gate g",
+          page=PAGE, tol=1e-12)
+def path_matches_fla_with_scaled_gate():
+    from test_softmax_that_forgets import fla_chunked_path
+
+    q, k, v, w, beta = _path(n=11, d=6)
+    g = F.logsigmoid(torch.randn(2, 2, 11, dtype=torch.float64) + 3)
+    scale = 6 ** -0.5
+    return (S.path_attention(q, k, v, w, beta, log_f=g * scale, scale=scale),
+            fla_chunked_path(q, k, v, w, beta, g, scale))
