@@ -91,12 +91,51 @@ def path_constant_transition_closed_form():
     return _below(S.path_scores(q, k, u.expand_as(w), beta)), _below(closed)
 
 
+def fla_chunked_path(q, k, v, w, beta, g, scale, chunk=4):
+    """The chunked algorithm of fla's PaTH reference, restated.
+
+    Source: ``naive_path_attn`` in ``tests/ops/test_path_attn.py`` of
+    fla-org/flash-linear-attention (also ``fla/ops/path_attn/naive.py`` in its
+    forks). Inside each chunk a UT transform; the queries then walk back through
+    the earlier chunks, each chunk's whole product applied at once. ``g`` is a
+    log forget gate added *before* the scale, as fla does.
+    """
+    b, h, n, d = q.shape
+    pad = (-n) % chunk
+    q, k, w = (F.pad(t, (0, 0, 0, pad)) for t in (q, k, w))
+    beta = F.pad(beta, (0, pad))
+    length, n_chunks = n + pad, (n + pad) // chunk
+    qc, kc, wc = (t.unflatten(2, (n_chunks, chunk)) for t in (q, k, w))
+    wbc = wc * beta.unflatten(2, (n_chunks, chunk)).unsqueeze(-1)
+    strict = torch.ones(chunk, chunk, dtype=torch.bool).tril(-1)
+    a = -(wbc @ wc.transpose(-1, -2)).masked_fill(~strict, 0)
+    t = a.clone()
+    for r in range(1, chunk):  # forward substitution: t = (I - a)^-1 - I, row by row
+        t[..., r, :r] = a[..., r, :r] + (a[..., r, :r, None] * t[..., :r, :r]).sum(-2)
+    t = t + torch.eye(chunk, dtype=q.dtype)
+    right = t @ (wbc @ kc.transpose(-1, -2)).masked_fill(~strict, 0)
+    qw = (qc @ wc.transpose(-1, -2)).tril()
+    local = (qc @ kc.transpose(-1, -2)).tril() - qw @ right
+    q_moved = qc - qw @ (t @ wbc)
+    k_moved = kc - right.transpose(-1, -2) @ wc
+    whole = wc.transpose(-1, -2) @ (t @ wbc)  # I - whole: one chunk's product, on rows
+    scores = torch.zeros(b, h, length, length, dtype=q.dtype)
+    for ci in range(n_chunks):
+        qi, rows = q_moved[:, :, ci], slice(ci * chunk, (ci + 1) * chunk)
+        for cj in range(ci - 1, -1, -1):
+            scores[..., rows, cj * chunk:(cj + 1) * chunk] = qi @ k_moved[:, :, cj].transpose(-1, -2)
+            qi = qi - qi @ whole[:, :, cj]
+        scores[..., rows, rows] = local[:, :, ci]
+    scores = scores.masked_fill(torch.ones(length, length, dtype=torch.bool).triu(1), float("-inf"))
+    c = g.cumsum(-1)
+    scores = (scores[..., :n, :n] + c[..., :, None] - c[..., None, :]) * scale
+    return scores.softmax(-1) @ v
+
+
 @identity("path-matches-fla-with-scaled-gate",
           "PaTH-FoX with log_f = g * scale equals fla's chunked PaTH reference with forget gate g",
           page=PAGE, tol=1e-12)
 def path_matches_fla_with_scaled_gate():
-    from test_softmax_that_forgets import fla_chunked_path
-
     q, k, v, w, beta = _path(n=11, d=6)
     g = F.logsigmoid(torch.randn(2, 2, 11, dtype=torch.float64) + 3)
     scale = 6 ** -0.5
