@@ -7,6 +7,12 @@ thread that starts with the build, and renders what they measured:
 * ``docs/ledger.md`` holds ``<!-- ledger -->``, replaced by one table per area:
   the claim, the largest error measured, dtype, device, torch version, and
   links to the teaching page and the test.
+* Measurements are kept per identities file (``ledger/`` in
+  ``$FIELD_GUIDE_EXAMPLE_CACHE`` or ``.cache/examples``), keyed by the bytes of
+  that file and of every project file it imports, directly or through others,
+  plus ``docs/data/`` and the torch and transformers versions: a build after an edit re-measures
+  only the files the edit can change, and a second build of the same sources
+  (ProperDocs, the offline build) measures nothing again.
 * A teaching page puts a line ``:proven: KEY`` right after the code it
   concerns; it becomes a one-line badge with the claim and the measured error,
   linking to the ledger entry. A badge naming a key the registry lacks fails
@@ -15,7 +21,13 @@ thread that starts with the build, and renders what they measured:
 
 from __future__ import annotations
 
+import ast
+import dataclasses
+import hashlib
+import importlib.metadata
+import json
 import logging
+import os
 import pathlib
 import posixpath
 import re
@@ -38,6 +50,91 @@ AREA_TITLES = {
 _state: dict = {}
 
 
+def _module_file(name: str, importer: pathlib.Path, level: int) -> pathlib.Path | None:
+    """The project file behind an import, or None for anything outside the project."""
+    if level:  # relative: only tests/identities uses these
+        base = importer.parent
+        for _ in range(level - 1):
+            base = base.parent
+        parts = [base, *name.split(".")] if name else [base]
+        candidates = [pathlib.Path(*parts).with_suffix(".py"), pathlib.Path(*parts) / "__init__.py"]
+    else:
+        parts = name.split(".")
+        roots = [ROOT, ROOT / "tests"]
+        candidates = [r.joinpath(*parts).with_suffix(".py") for r in roots]
+        candidates += [r.joinpath(*parts) / "__init__.py" for r in roots]
+    return next((c for c in candidates if c.is_file()), None)
+
+
+def _closure(path: pathlib.Path) -> list[pathlib.Path]:
+    """``path`` and every project file it imports, at any depth (imports inside
+    functions count)."""
+    seen, todo = set(), [path]
+    while todo:
+        current = todo.pop()
+        if current in seen:
+            continue
+        seen.add(current)
+        for node in ast.walk(ast.parse(current.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                names = [(a.name, 0) for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                names = [(base, node.level)] + [(f"{base}.{a.name}".strip("."), node.level) for a in node.names]
+            else:
+                continue
+            for name, level in names:
+                found = _module_file(name, current, level)
+                if found is not None:
+                    todo.append(found)
+    return sorted(seen)
+
+
+def _fingerprint(path: pathlib.Path, versions: str) -> str:
+    digest = hashlib.sha256(versions.encode())
+    # Data files too: a test helper an identity imports may read the census.
+    for source in _closure(path) + sorted((ROOT / "docs" / "data").glob("*.*")):
+        digest.update(str(source.relative_to(ROOT)).encode() + b"\0" + source.read_bytes())
+    return digest.hexdigest()
+
+
+def _versions() -> str:
+    import torch
+
+    found = [f"torch {torch.__version__}"]
+    for name in ("transformers", "numpy"):
+        try:
+            found.append(f"{name} {importlib.metadata.version(name)}")
+        except importlib.metadata.PackageNotFoundError:
+            found.append(f"{name} absent")
+    return ", ".join(found)
+
+
+def _cache_dir() -> pathlib.Path:
+    root = os.environ.get("FIELD_GUIDE_EXAMPLE_CACHE", ROOT / ".cache" / "examples")
+    return pathlib.Path(root) / "ledger"
+
+
+def _measure_file(identities, path: pathlib.Path, keys: list[str], versions: str) -> dict:
+    """The measurements of one identities file, from the cache when its sources are unchanged."""
+    stamp = _fingerprint(path, versions)
+    record = _cache_dir() / f"{path.stem}.json"
+    try:
+        kept = json.loads(record.read_text(encoding="utf-8"))
+        if kept["fingerprint"] == stamp and sorted(kept["results"]) == sorted(keys):
+            _state["reused"] = _state.get("reused", 0) + len(keys)
+            return {k: identities.Measurement(**v) for k, v in kept["results"].items()}
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    results = {key: identities.measure(identities.IDENTITIES[key]) for key in keys}
+    record.parent.mkdir(parents=True, exist_ok=True)
+    scratch = record.with_suffix(f".{os.getpid()}.tmp")
+    scratch.write_text(json.dumps({"fingerprint": stamp, "results": {
+        k: dataclasses.asdict(v) for k, v in results.items()}}), encoding="utf-8")
+    scratch.replace(record)
+    return results
+
+
 def _run_all() -> None:
     try:
         if str(ROOT / "tests") not in sys.path:
@@ -47,8 +144,14 @@ def _run_all() -> None:
         import identities
 
         registry = identities.load_all()
-        results = {key: identities.measure(ident) for key, ident in registry.items()}
-        _state["registry"], _state["results"] = registry, results
+        versions = _versions()
+        by_file: dict[pathlib.Path, list[str]] = {}
+        for key, ident in registry.items():
+            by_file.setdefault(ROOT / ident.test.split("::")[0], []).append(key)
+        results = {}
+        for path, keys in sorted(by_file.items()):
+            results.update(_measure_file(identities, path, keys, versions))
+        _state["registry"], _state["results"] = registry, {k: results[k] for k in registry}
     except BaseException as error:  # noqa: BLE001 - reported by the page that needs it
         _state["error"] = error
 
@@ -92,7 +195,7 @@ def _table(page, registry, results) -> str:
         by_area.setdefault(ident.page.split("/", 1)[0], []).append(key)
     total = sum(r.error is not None for r in results.values())
     first = next(iter(results.values()), None)
-    out.append(f"{len(registry)} identities, {total} measured in this build on the CPU"
+    out.append(f"{len(registry)} identities, {total} measured on the CPU for the sources of this build"
                + (f" with torch {first.torch}." if first else "."))
     out.append("")
     for area in [a for a in AREA_TITLES if a in by_area] + sorted(set(by_area) - set(AREA_TITLES)):

@@ -74,13 +74,28 @@ def built_site(tmp_path_factory) -> BuiltSite:
     return site
 
 
+# The tests that read the built site fall into three groups of similar length;
+# xdist hands each group to one worker, longest first, so two workers share them
+# (both wait for the one build, conftest's build_once) and the unit tests fill
+# in around them. Within a group, session fixtures (one Chromium, one visit of
+# every page) are made once.
+SITE_GROUPS = {
+    "test_browser.py": "site-pages",
+    "test_browser_layout.py": "site-widgets",
+    "test_explorer.py": "site-widgets",
+    "test_calculator_browser.py": "site-widgets",
+    "test_which_kernel_browser.py": "site-widgets",
+}
+
+
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
 def pytest_collection_modifyitems(config, items):
-    """Everything that reads the built site runs on one xdist worker (one
-    Chromium, one visit of every page); the unit tests share out over the rest."""
+    """Each test that reads the built site joins its file's group (SITE_GROUPS,
+    "site-build" for the rest); the unit tests share out one by one."""
     for item in items:
         if item.get_closest_marker("site") or item.get_closest_marker("browser"):
-            item.add_marker(pytest.mark.xdist_group("site"))
+            group = SITE_GROUPS.get(item.path.name, "site-build")
+            item.add_marker(pytest.mark.xdist_group(group))
 
 
 def pytest_configure(config):

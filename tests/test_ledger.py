@@ -35,3 +35,68 @@ def test_identity_names_a_real_page(key):
     ident = IDENTITIES[key]
     assert (ROOT_DOCS / ident.page).is_file(), f"{key}: page {ident.page} does not exist"
     assert re.fullmatch(r"[a-z0-9][a-z0-9-]*", key), f"{key}: keys are lower-case words joined by hyphens"
+
+
+# ----------------------------------------------------------------------------
+# The build's cache of measurements (hooks/ledger.py)
+# ----------------------------------------------------------------------------
+def _ledger_hook():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("ledger_hook_cache", ROOT_DOCS.parent / "hooks" / "ledger.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_files_fingerprint_covers_what_it_imports_at_any_depth(tmp_path, monkeypatch):
+    hook = _ledger_hook()
+    root = ROOT_DOCS.parent
+    closure = {p.relative_to(root).as_posix() for p in hook._closure(root / "tests" / "identities" / "history.py")}
+    assert {"snippets/history/bert.py", "snippets/attention/multi_head.py",
+            "tests/identities/__init__.py"} <= closure, sorted(closure)
+    assert not any(p.startswith("snippets/linear/") for p in closure), sorted(closure)
+    # A project whose identities reach a file only through another, once inside a function.
+    for name, text in {
+        "tests/identities/__init__.py": "",
+        "tests/identities/a.py": "from . import helper\nfrom snippets.x import f\n",
+        "tests/identities/helper.py": "",
+        "tests/tools.py": "import math\n",
+        "snippets/x.py": "import torch\ndef f():\n    from snippets.y import g\n",
+        "snippets/y.py": "import tools\n",
+        "snippets/z.py": "",
+    }.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    monkeypatch.setattr(hook, "ROOT", tmp_path)
+    found = {p.relative_to(tmp_path).as_posix() for p in hook._closure(tmp_path / "tests" / "identities" / "a.py")}
+    assert found == {"tests/identities/a.py", "tests/identities/__init__.py", "tests/identities/helper.py",
+                     "snippets/x.py", "snippets/y.py", "tests/tools.py"}, sorted(found)
+
+
+def test_the_build_reuses_a_files_measurements_until_a_source_changes(tmp_path, monkeypatch):
+    import identities
+
+    hook = _ledger_hook()
+    monkeypatch.setenv("FIELD_GUIDE_EXAMPLE_CACHE", str(tmp_path))
+    path = ROOT_DOCS.parent / "tests" / "identities" / "foundations.py"
+    keys = sorted(k for k, i in IDENTITIES.items() if i.test.startswith("tests/identities/foundations.py"))
+    calls = []
+
+    def counted(ident):
+        calls.append(ident.key)
+        return measure(ident)
+
+    monkeypatch.setattr(identities, "measure", counted)
+    first = hook._measure_file(identities, path, keys, "torch x")
+    assert sorted(calls) == keys
+    calls.clear()
+    again = hook._measure_file(identities, path, keys, "torch x")
+    assert calls == [] and again == first
+    hook._measure_file(identities, path, keys, "torch y")  # another torch: measured again
+    assert sorted(calls) == keys
+    calls.clear()
+    monkeypatch.setattr(hook, "_closure", lambda p: [p, ROOT_DOCS.parent / "snippets" / "foundations" / "masks.py",
+                                                    ROOT_DOCS.parent / "README.md"])
+    hook._measure_file(identities, path, keys, "torch y")  # another set of sources: again
+    assert sorted(calls) == keys

@@ -289,7 +289,7 @@ def test_notebook_css_is_shared_and_small(built_site):
 def test_a_failing_example_fails_the_build(tmp_path, built_site):
     # The figures and the explorer's model do not depend on the examples: start
     # from the session build's drawings so this build spends its time on the point.
-    for part in ("figures", "explorer"):
+    for part in ("figures", "explorer", "ledger"):
         if (built_site.cache / part).is_dir():
             shutil.copytree(built_site.cache / part, tmp_path / "cache" / part)
     project = tmp_path / "project"
