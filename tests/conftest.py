@@ -142,6 +142,7 @@ HOST_ONLY = {
     "test_context_parallel",  # gloo processes on the CPU
     "test_explorer",  # the build's model is trained on the CPU
     "test_downloads",  # unpacked examples run in child processes
+    "test_browser_layout", "test_calculator_browser", "test_which_kernel_browser",  # the browser's own JS
 }
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from fuzz_support import INT, NONNEG_INT, Bad, Call, T, fuzz, fuzz_tests, ids, r
+from fuzz_support import INT, NONNEG_INT, Bad, Call, T, _module_calls, fuzz, fuzz_tests, ids, r
 from snippets.efficiency import tree_speculation as TS
 
 # A parent array is int ids of rank 1; its values are checked by the unit tests
@@ -55,6 +55,73 @@ def _(s):
              "n_prefix": Bad(-1, 2.5, L + 1),
              "accepted": T(INT, rank=1, device_peer=False, high=L - 2)}
     return [Call(TS.accepted_kv, args, rules)]
+
+
+@fuzz("efficiency.tree_speculation.tree_verify_sampled")
+def _(s):
+    torch.manual_seed(0)
+    embed = nn.Embedding(11, 11)
+
+    def target(tokens, positions, mask):
+        return embed(tokens)  # a bigram model: logits from the last token alone
+
+    parents = _parents(s)
+    n = len(parents)
+    args = {"target": target, "prefix": ids(1, s.n, high=11),
+            "tree_tokens": ids(n, high=11), "parents": parents,
+            "q": torch.full((n, 11), 1 / 11), "generator": torch.Generator()}
+    rules = {"target": Bad(3, None, "target"),
+             "prefix": T(INT, rank=2, tied=(0,), device_peer=False),
+             "tree_tokens": T(INT, rank=1, tied=(0,), device_peer=False, names=("parents",)),
+             "parents": T(INT, rank=1, tied=(0,), device_peer=False,
+                          names=("tree_tokens", "q")),
+             "q": T(rank=2, tied=(0,), dtype_peer=False, device_peer=False)}
+    return [Call(TS.tree_verify_sampled, args, rules)]
+
+
+@fuzz("efficiency.tree_speculation.tree_sampled_outcomes")
+def _(s):
+    parents = _parents(s)
+    n, V = len(parents), s.m
+    args = {"p": torch.softmax(r(n + 1, V), -1), "q": torch.softmax(r(n, V), -1),
+            "tree_tokens": ids(n, high=V), "parents": parents}
+    rules = {"p": T(rank=2, tied=(0, 1), dtype_peer=False, names=("q",)),
+             "q": T(rank=2, tied=(0, 1), dtype_peer=False),
+             "tree_tokens": T(INT, rank=1, tied=(0,), high=V),
+             "parents": T(INT, rank=1, tied=(0,), device_peer=False,
+                          names=("p", "q", "tree_tokens"))}
+    return [Call(TS.tree_sampled_outcomes, args, rules)]
+
+
+@fuzz("efficiency.tree_speculation.MTPModule")
+def _(s):
+    torch.manual_seed(0)
+    d = 2 * s.d
+    block = nn.Linear(d, d)
+    init = {"d_model": d, "block": block, "eps": 1e-6}
+    init_rules = {"d_model": Bad(0, -1, 2.5), "block": Bad(3, None, lambda x: x),
+                  "eps": Bad(0.0, -1.0, float("nan"), float("inf"), None)}
+    fwd = {"h_prev": r(s.b, s.n, d), "emb": r(s.b, s.n, d)}
+    fwd_rules = {"h_prev": T(rank=3, tied=(2,), names=("emb",)),
+                 "emb": T(rank=3, tied=(0, 1, 2))}
+    return _module_calls(TS.MTPModule, init, init_rules,
+                         lambda m, **kw: m(**kw), fwd, fwd_rules)
+
+
+@fuzz("efficiency.tree_speculation.mtp_draft")
+def _(s):
+    torch.manual_seed(0)
+    d = 2 * s.d
+    embed, head = nn.Embedding(11, d), nn.Linear(d, 11)
+    modules = [TS.MTPModule(d, nn.Linear(d, d)) for _ in range(2)]
+    L = s.n + 1
+    args = {"h0": r(1, L - 1, d), "tokens": ids(1, L, high=11), "modules": modules,
+            "embed": embed, "head": head}
+    rules = {"h0": T(rank=3, tied=(0, 1), dtype_peer=False, device_peer=False),
+             "tokens": T(INT, rank=2, tied=(0,), device_peer=False, names=("h0",)),
+             "modules": Bad([], None, [nn.Linear(d, d)]),
+             "embed": Bad(3, None), "head": Bad(3, None)}
+    return [Call(TS.mtp_draft, args, rules)]
 
 
 test_valid_calls_run, test_every_way_to_break_each_argument_once, test_malformed_input_gets_a_named_error = (

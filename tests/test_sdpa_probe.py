@@ -365,3 +365,15 @@ def test_the_snippet_quotes_no_more_than_its_own_sections():
     """The probe's kernels stay short enough to show open on the page."""
     for fn in (P.prefers_cudnn, P.priority_order, P.refusals, P.first_viable, P.forced, P.ran):
         assert len(inspect.getsource(fn).splitlines()) <= 15, fn.__name__
+
+
+@pytest.mark.parametrize("sm", [(8, 0), (9, 0), (10, 0), (10, 7)])
+@pytest.mark.parametrize("dropout", [0.0, 0.1])
+def test_no_cudnn_reads_as_none_on_every_gpu(sm, dropout):
+    # The default case has cudnn=None ("no cuDNN"): every rule must read it as
+    # "older than any version", never compare None with a number.
+    case = {"device": "cuda", "sm": sm, "dropout": dropout}
+    chosen = choose_backend(case)
+    assert chosen["backend"] != "CUDNN_ATTENTION"
+    assert any("no cuDNN 9" in why for why, _ in chosen["refused"]["CUDNN_ATTENTION"]), chosen
+    assert chosen == choose_backend({**case, "cudnn": 0})

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from snippets.efficiency.tree_speculation import tree_attention_mask, tree_position_ids
+from snippets.efficiency.tree_speculation import (tree_attention_mask, tree_position_ids,
+                                                   tree_sampled_outcomes)
 
 PREFIX = ["the", "cat"]
 WORDS = ["sat", "is", "on", "down", "here", "the"]
@@ -38,4 +39,40 @@ def draft_tree_mask(s):
     labels = PREFIX + [f"{i}:{w}" for i, w in enumerate(WORDS)]
     grid.set_xticks([j + 0.5 for j in range(len(labels))], labels, rotation=90)
     grid.set_yticks([i + 0.5 for i in range(len(labels))], labels)
+    return fig
+
+
+P_TARGET = torch.tensor([0.50, 0.30, 0.15, 0.05], dtype=torch.float64)
+Q_DRAFT = torch.tensor([0.10, 0.20, 0.30, 0.40], dtype=torch.float64)
+
+
+def _first_token(tokens: torch.Tensor) -> torch.Tensor:
+    """The exact first-token law of a two-candidate star tree with fixed tokens."""
+    p = P_TARGET.expand(3, -1)  # only row 0 matters: the round's first token
+    stop, dist = tree_sampled_outcomes(p, Q_DRAFT.expand(2, -1), tokens, torch.tensor([-1, -1]))
+    return stop[0] * dist[0] + stop[1] * torch.eye(4, dtype=torch.float64)[tokens[0]] \
+        + stop[2] * torch.eye(4, dtype=torch.float64)[tokens[1]]
+
+
+def sampled_first_token(s):
+    """First-token distributions: target, multi-step rule, naive rule, top-2 children."""
+    V = 4
+    mss = torch.zeros(V, dtype=torch.float64)
+    for a in range(V):  # every pair of independent draws from q, with its probability
+        for b in range(V):
+            mss += Q_DRAFT[a] * Q_DRAFT[b] * _first_token(torch.tensor([a, b]))
+    overlap = torch.minimum(P_TARGET, Q_DRAFT)
+    naive = overlap + (1 - overlap.sum()) * P_TARGET  # first child, else draw from p
+    top2 = _first_token(Q_DRAFT.argsort(descending=True)[:2])
+    fig, ax = s.figure(6.4, 2.9, adjust={"left": 0.1, "right": 0.98, "top": 0.86, "bottom": 0.16})
+    series = [("target p", P_TARGET, s.muted), ("multi-step rule", mss, s.accents[0]),
+              ("first child, else p", naive, s.accents[1]), ("top-2 children", top2, s.accents[2])]
+    width = 0.2
+    for k, (name, values, colour) in enumerate(series):
+        ax.bar([t + (k - 1.5) * width for t in range(V)], values.tolist(), width=width,
+               color=colour, label=name)
+    ax.set_xticks(range(V), [f"token {t}" for t in range(V)])
+    ax.set_ylabel("P(first emitted token)")
+    ax.legend(fontsize=7, ncols=2, frameon=False)
+    ax.set_title("two candidates drawn from q, verified against p", pad=6)
     return fig

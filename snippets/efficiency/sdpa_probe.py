@@ -65,10 +65,10 @@ def _sm(c, low, high):
 def _cudnn_head_limit(c):
     """cuDNN's largest head width for this GPU and cuDNN (check_cudnn_tensor_shapes)."""
     big = (c["sm"][0] == 9 and c["sm"][1] == 0) or c["sm"][0] == 10
-    old_sm107 = tuple(c["sm"]) == (10, 7) and c["cudnn"] <= 92500
-    if big and not old_sm107 and c["cudnn"] > 92200:
+    old_sm107 = tuple(c["sm"]) == (10, 7) and (c["cudnn"] or 0) <= 92500
+    if big and not old_sm107 and (c["cudnn"] or 0) > 92200:
         return 256
-    if big and c["cudnn"] >= 91100 and (c["d"], c["d_v"]) == (192, 128):
+    if big and (c["cudnn"] or 0) >= 91100 and (c["d"], c["d_v"]) == (192, 128):
         return 192
     return 128
 
@@ -155,7 +155,7 @@ CUDA_RULES = {
              (CU, "can_use_cudnn_attention",
               "cuDNN version too old to use cuDNN Attention (< v9.0.0)")),
         Rule("dropout with cuDNN 9.11 to 9.13",
-             lambda c: c["dropout"] > 0 and 91100 < c["cudnn"] < 91400,
+             lambda c: c["dropout"] > 0 and 91100 < (c["cudnn"] or 0) < 91400,
              (CU, "can_use_cudnn_attention",
               "if (params.dropout > 0.0 && cudnn_version > 91100 && "
               "cudnn_version < 91400) {")),
