@@ -386,7 +386,7 @@ def test_after_instant_navigation(browser, url):
         context.close()
 
 
-SCRIPT_BUDGET, CENSUS_BUDGET = 16_000, 8_000  # bytes, uncompressed: the script loads on every page
+SCRIPT_BUDGET, CENSUS_BUDGET = 16_000, 8_000  # bytes, uncompressed, on the one page that loads them
 
 
 def test_page_weight(site):
@@ -396,3 +396,7 @@ def test_page_weight(site):
     census = html.index("</script>", start) - start
     print(f"\ncalculator: script {script / 1e3:.1f} kB, census {census / 1e3:.1f} kB")
     assert script <= SCRIPT_BUDGET and census <= CENSUS_BUDGET, (script, census)
+    assert "config_calculator.js" in html
+    loaders = [p.parent.relative_to(site).as_posix() for p in site.rglob("index.html")
+               if "config_calculator.js" in p.read_text(encoding="utf-8")]
+    assert loaders == [PAGE.strip("/")], f"pages that load the calculator's script: {loaders}"

@@ -73,7 +73,7 @@ def test_lambda_init_schedule():
 
 
 def test_named_errors():
-    with pytest.raises(ValueError, match=r"d_model must be divisible by 2 \* n_heads = 6 .*got d_model=16"):
+    with pytest.raises(ValueError, match=r"d_model must be a multiple of 2 \* n_heads = 3 .*got d_model=16"):
         DA.DifferentialAttention(16, 3)
     with pytest.raises(ValueError, match=r"x must be \(B, N, D\) with D = 16"):
         DA.DifferentialAttention(16, 2)(torch.randn(1, 3, 8))

@@ -46,9 +46,10 @@ def test_snippet_lines_fit_the_column(path):
 
 
 # The goal is a quarter. Measured at 41.2 % before the kernel/face rewrite and
-# 28.7 % after it; this ceiling only ever moves down, so new armour cannot
-# creep back while the rest of the way to 25 % is walked.
-CHECKS_CEILING = 0.29
+# 28.7 % after it, 28.0 % once shared message formatters and table-driven
+# checks replaced repeated if/raise blocks; this ceiling only ever moves down,
+# so new armour cannot creep back while the rest of the way to 25 % is walked.
+CHECKS_CEILING = 0.282
 
 
 def test_checks_share_stays_under_its_ceiling():

@@ -390,9 +390,9 @@ def test_validation_messages():
         rope_frequencies(0)
     with pytest.raises(ValueError, match=r"base must be a finite number > 1.0, got 1.0"):
         rope_frequencies(8, 1.0)
-    with pytest.raises(ValueError, match=r"partial_rotary_factor must be a number in \(0, 1\], got 1.5"):
+    with pytest.raises(ValueError, match=r"partial_rotary_factor must be in \(0, 1\].*got 1.5"):
         rotary_dims(64, 1.5)
-    with pytest.raises(ValueError, match=r"int\(d_head \* partial_rotary_factor\) = int\(10 \* 0.3\) must be an even int >= 2, got 3"):
+    with pytest.raises(ValueError, match=r"partial_rotary_factor must be in \(0, 1\], int\(d_head \* it\) even >= 2 for d_head=10, got 0.3"):
         rotary_dims(10, 0.3)
     with pytest.raises(ValueError, match=r"rope_type must be one of \['default', 'linear', 'dynamic', 'yarn', "
                                          r"'llama3'\], got 'longrope'"):
@@ -441,22 +441,22 @@ def test_apply_validation_messages():
     with pytest.raises(ValueError, match=r"sin must be .* on cpu, got .* on meta"):
         apply_partial_rotary(x, cos, sin.to("meta"))
     bcos, bsin = rotary_angles(rope_frequencies(4), torch.zeros(3, 4, dtype=torch.long))
-    with pytest.raises(ValueError, match=r"with B=2, N=4 and r <= d=8, got \(3, 4, 2\) and \(3, 4, 2\)"):
+    with pytest.raises(ValueError, match=r"B=2, N=4, r <= d=8, got \(3, 4, 2\), \(3, 4, 2\)"):
         apply_partial_rotary(x, bcos, bsin)
     with pytest.raises(ValueError, match=r"x must be a tensor \(floating .*, got None"):
         apply_partial_rotary(None, cos, sin)
     with pytest.raises(ValueError, match=r"x must be a tensor \(floating dtype, rank in \(4,\)\) .*got torch.int64"):
         apply_partial_rotary(x.long(), cos, sin)
-    with pytest.raises(ValueError, match=r"cos and sin must both be \(N, r/2\) or \(B, N, r/2\) with B=2, N=3 and r <= d=8"):
+    with pytest.raises(ValueError, match=r"cos and sin must be \(N, r/2\) or \(B, N, r/2\), B=2, N=3, r <= d=8"):
         apply_partial_rotary(x[..., :3, :], cos, sin)
-    with pytest.raises(ValueError, match=r"with B=2, N=4 and r <= d=2, got \(4, 2\)"):
+    with pytest.raises(ValueError, match=r"B=2, N=4, r <= d=2, got \(4, 2\)"):
         apply_partial_rotary(x[..., :2], cos, sin)
     rope = ScaledRotaryEmbedding(8)
     with pytest.raises(ValueError, match=r"offset must be an int >= 0, got -1"):
         rope(x, x, offset=-1)
-    with pytest.raises(ValueError, match=r"must have N <= M and d = 8, got \(2, 3, 4, 8\) and \(2, 3, 2, 8\)"):
+    with pytest.raises(ValueError, match=r"must have N <= M, d=8, got \(2, 3, 4, 8\), \(2, 3, 2, 8\)"):
         rope(x, x[..., :2, :])
-    with pytest.raises(ValueError, match=r"must have N <= M and d = 8, got \(2, 3, 4, 6\) and"):
+    with pytest.raises(ValueError, match=r"must have N <= M, d=8, got \(2, 3, 4, 6\),"):
         rope(x[..., :6], x)
     with pytest.raises(ValueError, match=r"q must be a tensor \(floating .*, got \[1.0\]"):
         rope([1.0], x)
@@ -466,10 +466,10 @@ def test_apply_validation_messages():
         rope(x, x.to("meta"))
     with pytest.raises(ValueError, match=r"bos_id must be an int >= 0, got '0'"):
         nope_positions(torch.tensor([[0, 1, 2]]), bos_id="0")
-    with pytest.raises(ValueError, match=r"every row of tokens must start with bos_id=0 and hold it only there, "
-                                         r"got 0 of 1 rows starting with it and 1 more of it later"):
+    with pytest.raises(ValueError, match=r"tokens must hold bos_id=0 first in each row and only there, "
+                                         r"got 0 of 1 and 1 later"):
         nope_positions(torch.tensor([[1, 0, 2]]), bos_id=0)
-    with pytest.raises(ValueError, match=r"got 2 of 2 rows starting with it and 1 more of it later"):
+    with pytest.raises(ValueError, match=r"got 2 of 2 and 1 later"):
         nope_positions(torch.tensor([[0, 1, 2], [0, 0, 2]]), bos_id=0)
     with pytest.raises(ValueError, match=r"tokens must be a tensor \(integer dtype, rank in \(2,\)\) .*got torch.float32"):
         nope_positions(torch.zeros(1, 3), bos_id=0)

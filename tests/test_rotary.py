@@ -208,7 +208,7 @@ def test_table_validation():
     with pytest.raises(TypeError, match=r"positions must be an integer tensor \(N,\) or "
                                         r"\(B, N\), got torch.float32 \(4,\)"):
         rotary_tables(torch.arange(4.0), 8)
-    with pytest.raises(TypeError, match=r"positions must be an integer tensor .*, got list"):
+    with pytest.raises(TypeError, match=r"positions must be an integer tensor .*, got \[0, 1, 2\]"):
         rotary_tables([0, 1, 2], 8)
     with pytest.raises(ValueError, match=r"rotary_dim must be an even int >= 2, got 5"):
         RotaryEmbedding(5)
@@ -218,40 +218,40 @@ def test_a_table_shorter_than_x_is_named_not_an_index_error():
     """Four tokens and a three-row table: a ValueError naming N and the table's
     shape (once a raw IndexError, "index 3 is out of bounds")."""
     cos, sin = tables(3, 8)
-    with pytest.raises(ValueError, match=r"cos must be \(N, r/2\) or \(B, N, r/2\) with "
-                                         r"N = 4, r <= d = 8 and B = 2, got \(3, 4\)"):
+    with pytest.raises(ValueError, match=r"cos must be \(N, r/2\) or \(B, N, r/2\) like cos on cpu, with "
+                                         r"N = 4, r <= d = 8 and B = 2, got torch.float64 \(3, 4\)"):
         apply_rotary(_x(n=4), cos, sin)
-    with pytest.raises(ValueError, match=r"with N = 2, .*got \(3, 4\)"):  # nor longer
+    with pytest.raises(ValueError, match=r"with N = 2, .*got .* \(3, 4\)"):  # nor longer
         apply_rotary(_x(n=2), cos, sin)
 
 
 def test_apply_validation():
     x = _x(n=4)
     cos, sin = tables(4, 8)
-    with pytest.raises(TypeError, match=r"x must be a floating tensor \(B, H, N, d\), got list"):
+    with pytest.raises(TypeError, match=r"x must be a floating tensor \(B, H, N, d\), got \[1.0\]"):
         apply_rotary([1.0], cos, sin)
-    with pytest.raises(ValueError, match=r"sin must be \(N, r/2\) or \(B, N, r/2\), got NoneType"):
+    with pytest.raises(ValueError, match=r"sin must be \(N, r/2\) or \(B, N, r/2\) like cos .*, got None"):
         apply_rotary(x, cos, None)
     with pytest.raises(TypeError, match=r"x must be a floating tensor .*, got torch.int64"):
         apply_rotary(x.long(), cos, sin)
     with pytest.raises(TypeError, match=r"x must be a floating tensor .*, got torch.float32 \(8,\)"):
         apply_rotary(torch.randn(8), cos, sin)
-    with pytest.raises(ValueError, match=r"r <= d = 6 and B = 2, got \(4, 4\)"):
+    with pytest.raises(ValueError, match=r"r <= d = 6 and B = 2, got .* \(4, 4\)"):
         apply_rotary(x[..., :6], cos, sin)
-    with pytest.raises(ValueError, match=r"sin must be on x's device cpu, got meta"):
+    with pytest.raises(ValueError, match=r"sin must be .* on cpu, .*on meta"):
         apply_rotary(x, cos, sin.to("meta"))
-    with pytest.raises(ValueError, match=r"cos and sin must have one shape, got \(4, 4\) and \(4, 3\)"):
+    with pytest.raises(ValueError, match=r"sin must be \(N, r/2\) or \(B, N, r/2\) like cos .*got .* \(4, 3\)"):
         apply_rotary(x, cos, sin[..., :3])
-    with pytest.raises(ValueError, match=r"and B = 2, got \(3, 4, 4\)"):
+    with pytest.raises(ValueError, match=r"and B = 2, got .* \(3, 4, 4\)"):
         apply_rotary(x, *rotary_tables(torch.arange(4).expand(3, 4), 8))
 
 
 def test_module_validation():
     rope = RotaryEmbedding(8)
     x = _x(n=4, dtype=torch.float32)
-    with pytest.raises(ValueError, match=r"offset must be an int >= 0, got -2"):
+    with pytest.raises(ValueError, match=r"offset must be an int >= 0, got N=4, M=4, offset=-2"):
         rope(x, x, offset=-2)
-    with pytest.raises(ValueError, match=r"q may not be longer than k, got N=4 and M=2"):
+    with pytest.raises(ValueError, match=r"q may not be longer than k, .* got N=4, M=2, offset=0"):
         rope(x, x[..., :2, :])
     with pytest.raises(TypeError, match=r"k must be a floating tensor \(B, heads, length, 8\) on k's device, "
                                         r"got torch.float32 \(8,\)"):

@@ -291,7 +291,8 @@
   }
 
   window.fgConfigCalculator = { cache: cache, flops: flops, parse: parse };
-  if (typeof document$ !== "undefined") document$.subscribe(start);
-  // From file:// Material may complete document$ without emitting (see katex.js).
-  document.addEventListener("DOMContentLoaded", start);
+  // Loaded at the end of the page's content (hooks/page_scripts.py), and run
+  // again by Material's instant navigation each time the page is shown.
+  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", start);
+  else start();
 })();

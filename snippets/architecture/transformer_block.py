@@ -33,9 +33,7 @@ _FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 
 # --8<-- [start:validate]
-def _check_arch_arg(
-    ok: bool, name: str, value: object, want: str, error: type = ValueError
-) -> None:
+def _check_arch_arg(ok, name: str, value: object, want: str, error=ValueError) -> None:
     """Raise ``error`` naming the argument, what it must be and what it got."""
     if not ok:
         plain = value is None or isinstance(value, (int, float, str, list))
@@ -43,9 +41,7 @@ def _check_arch_arg(
         raise error(f"{name} must be {want}, got {got}")
 
 
-def _check_arch_tensor(
-    name: str, t: object, shape: tuple, like: torch.Tensor, dtypes=None, broadcast=False
-) -> None:
+def _check_arch_tensor(name, t, shape, like, dtypes=None, broadcast=False) -> None:
     """Raise unless t is a tensor of ``shape``, a dtype in ``dtypes``, on like's device.
 
     A letter in ``shape`` takes any size. ``dtypes=None`` asks for like's dtype
@@ -57,15 +53,13 @@ def _check_arch_tensor(
         raise TypeError(f"{name} must be a tensor {want}, got {type(t).__name__}")
     fits = (2 if broadcast else len(shape)) <= t.dim() <= len(shape) and all(
         isinstance(w, str) or s == w or (broadcast and s == 1)
-        for s, w in zip(reversed(t.shape), reversed(shape))
-    )
+        for s, w in zip(reversed(t.shape), reversed(shape)))
     if not fits:
         how = "broadcast to" if broadcast else "have shape"
         raise ValueError(f"{name} must {how} {want}, got {tuple(t.shape)}")
-    if dtypes is None:
-        kind = like.device.type
-        amp = torch.amp.is_autocast_available(kind) and torch.is_autocast_enabled(kind)
-        dtypes = _FLOATS if amp else (like.dtype,)
+    kind = like.device.type  # under autocast, any floating dtype unless dtypes given
+    amp = torch.amp.is_autocast_available(kind) and torch.is_autocast_enabled(kind)
+    dtypes = dtypes or (_FLOATS if amp else (like.dtype,))
     if t.dtype not in dtypes:
         kinds = " or ".join(map(str, dtypes))
         raise TypeError(f"{name} must have dtype {kinds}, got {t.dtype}")

@@ -54,16 +54,20 @@ __all__ = [
 
 
 # --8<-- [start:validate]
+def _mistake_got(t: object) -> object:
+    """What a message says it got: a tensor's shape, dtype and device, else its type."""
+    return (tuple(t.shape), t.dtype, t.device) if torch.is_tensor(t) else type(t)
+
+
 def _check_attn(q, k, v=None, allowed=None, decode: bool = False) -> None:
     """Refuse q (..., N, d), k (..., M, d), v (..., M, d_v), bool allowed (..., N, M)
     that cannot be attended together; a cached decode step also needs N <= M."""
     v = k if v is None else v
     for name, t in (("q", q), ("k", k), ("v", v)):
-        ok = torch.is_tensor(t) and t.is_floating_point() and t.dim() >= 2
-        if not (ok and t.dtype == q.dtype and t.device == q.device):
-            got = (tuple(t.shape), t.dtype, t.device) if torch.is_tensor(t) else type(t)
+        if not (torch.is_tensor(t) and t.is_floating_point() and t.dim() >= 2
+                and (t.dtype, t.device) == (q.dtype, q.device)):
             raise TypeError(f"{name} must be a floating (..., L, d) tensor with q's "
-                            f"dtype and device, got {got}")
+                            f"dtype and device, got {_mistake_got(t)}")
     shapes = [tuple(getattr(t, "shape", ())) for t in (q, k, v, allowed)]
     try:  # the leading (batch, head) dimensions pair up as in torch.matmul
         lead = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
@@ -90,10 +94,9 @@ def _check_scores_allowed(scores: torch.Tensor, allowed: torch.Tensor) -> None:
     except RuntimeError:
         ok = False
     if not (ok and allowed.device == scores.device):
-        got = [(tuple(t.shape), t.dtype, t.device) if torch.is_tensor(t) else type(t)
-               for t in (scores, allowed)]
         raise ValueError(f"scores must be floating (..., M) and allowed a bool mask on "
-                         f"its device that broadcasts to it, got {got}")
+                         f"its device that broadcasts to it, got "
+                         f"{[_mistake_got(t) for t in (scores, allowed)]}")
 
 
 def _check_projections(x: torch.Tensor, *weights: torch.Tensor) -> None:
@@ -102,9 +105,8 @@ def _check_projections(x: torch.Tensor, *weights: torch.Tensor) -> None:
         ok = torch.is_tensor(t) and t.is_floating_point() and t.dim() == 2 + (t is x)
         if not (ok and (t is x or (*t.shape, t.dtype, t.device) == (
                 x.shape[-1], x.shape[-1], x.dtype, x.device))):
-            got = (tuple(t.shape), t.dtype, t.device) if torch.is_tensor(t) else type(t)
             raise ValueError(f"{name} must be floating, x (B, N, D) and each w (D, D) "
-                             f"of x's dtype and device, got {got}")
+                             f"of x's dtype and device, got {_mistake_got(t)}")
 
 
 def _check_mha_call(mha, x: torch.Tensor, allowed: torch.Tensor | None = None) -> None:
@@ -113,10 +115,9 @@ def _check_mha_call(mha, x: torch.Tensor, allowed: torch.Tensor | None = None) -
     if not isinstance(mha, nn.MultiheadAttention):
         raise TypeError(f"mha must be an nn.MultiheadAttention, got {type(mha)}")
     w = mha.out_proj.weight
-    got = [(tuple(t.shape), t.dtype, t.device) if torch.is_tensor(t) else t
-           for t in (x, allowed)]
-    ok = got[0][1:] == (w.dtype, w.device) if torch.is_tensor(x) else False
-    ok = ok and x.dim() == 3 and x.shape[-1] == mha.embed_dim
+    got = [_mistake_got(t) if torch.is_tensor(t) else t for t in (x, allowed)]
+    ok = torch.is_tensor(x) and (x.dtype, x.device, x.dim()) == (w.dtype, w.device, 3)
+    ok = ok and x.shape[-1] == mha.embed_dim
     n = (x.shape[1] if mha.batch_first else x.shape[0]) if ok else -1  # what mha reads
     if not (ok and got[1] in (None, ((n, n), torch.bool, x.device))):
         raise ValueError(f"x must be (B, N, {mha.embed_dim}) of mha's {w.dtype} on "

@@ -109,9 +109,7 @@ class CrossAttention(nn.Module):
         out = nn.Linear(d_v, d_model, bias=bias) if project_out else nn.Identity()
         self.out_proj = out
 
-    def _check_forward(
-        self, x: torch.Tensor, context: torch.Tensor, key_mask: torch.Tensor | None
-    ) -> None:
+    def _check_forward(self, x, context, key_mask) -> None:
         _check_seq(x, "x", self.d_model, self.q_proj.weight)
         _check_seq(context, "context", self.d_context, self.k_proj.weight, x.shape[0])
         _check_keys(key_mask, x.shape[0], context.shape[1], x.device)

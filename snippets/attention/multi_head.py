@@ -141,8 +141,7 @@ def _check_heads_input(name, t, shape, like, dtypes=None, min_rank=0) -> None:
     is_tensor = isinstance(t, Tensor)
     fits = is_tensor and (min_rank or len(shape)) <= t.dim() <= len(shape) and all(
         isinstance(w, str) or s == w or (min_rank and s == 1)
-        for s, w in zip(t.shape[::-1], shape[::-1])
-    )
+        for s, w in zip(t.shape[::-1], shape[::-1]))
     kind = like.device.type  # under autocast the inputs may come in another dtype
     amp = torch.amp.is_autocast_available(kind) and torch.is_autocast_enabled(kind)
     amp = amp and dtypes is None  # never for masks, whose dtype is given

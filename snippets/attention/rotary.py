@@ -39,42 +39,37 @@ __all__ = ["rotary_tables", "apply_rotary", "RotaryEmbedding"]
 
 
 # --8<-- [start:check_rotary]
+def _got(t: object) -> str:
+    """What a message says it got: a tensor's dtype, shape and device, else t."""
+    is_tensor = torch.is_tensor(t)
+    return f"{t.dtype} {tuple(t.shape)} on {t.device}" if is_tensor else repr(t)
+
+
 def _check_rotary_tables(positions: torch.Tensor, rotary_dim: int, base: float) -> None:
-    """Refuse what would silently give wrong angles."""
-    if not isinstance(positions, torch.Tensor) or positions.is_floating_point() \
-            or positions.dtype == torch.bool or positions.dim() not in (1, 2):
-        got = f"{positions.dtype} {tuple(positions.shape)}" if isinstance(
-            positions, torch.Tensor) else type(positions).__name__
+    """Refuse positions unless integer (N,) or (B, N), odd rotary_dim, base <= 1."""
+    p = positions
+    if not torch.is_tensor(p) or p.is_floating_point() or p.dtype == torch.bool \
+            or p.dim() not in (1, 2):
         raise TypeError(f"positions must be an integer tensor (N,) or (B, N), "
-                        f"got {got}")
+                        f"got {_got(p)}")
     if not isinstance(rotary_dim, int) or rotary_dim < 2 or rotary_dim % 2:
         raise ValueError(f"rotary_dim must be an even int >= 2, got {rotary_dim!r}")
     if not (isinstance(base, (int, float)) and math.isfinite(base) and base > 1):
         raise ValueError(f"base must be a finite number > 1, got {base!r}")
 
 
-def _check_apply_rotary(
-    x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
-) -> None:
-    """Refuse tables that do not fit x: a silent broadcast rotates the wrong rows."""
-    if not isinstance(x, torch.Tensor) or not x.is_floating_point() or x.dim() != 4:
-        got = f"{x.dtype} {tuple(x.shape)}" if isinstance(x, torch.Tensor) \
-            else type(x).__name__
-        raise TypeError(f"x must be a floating tensor (B, H, N, d), got {got}")
-    for name, t in (("cos", cos), ("sin", sin)):
-        if not isinstance(t, torch.Tensor) or t.dim() not in (2, 3):
-            got = tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
-            raise ValueError(f"{name} must be (N, r/2) or (B, N, r/2), got {got}")
-        if t.device != x.device:
-            raise ValueError(f"{name} must be on x's device {x.device}, got {t.device}")
-    if cos.shape != sin.shape:
-        raise ValueError(f"cos and sin must have one shape, got {tuple(cos.shape)} and "
-                         f"{tuple(sin.shape)}")
-    n, d, half = x.shape[-2], x.shape[-1], cos.shape[-1]
-    batch_ok = cos.dim() == 2 or cos.shape[0] == x.shape[0]
-    if cos.shape[-2] != n or 2 * half > d or not batch_ok:
-        raise ValueError(f"cos must be (N, r/2) or (B, N, r/2) with N = {n}, "
-                         f"r <= d = {d} and B = {x.shape[0]}, got {tuple(cos.shape)}")
+def _check_apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> None:
+    """Refuse x unless floating (B, H, N, d), cos and sin unless one table fitting x."""
+    if not torch.is_tensor(x) or not x.is_floating_point() or x.dim() != 4:
+        raise TypeError(f"x must be a floating tensor (B, H, N, d), got {_got(x)}")
+    (b, _, n, d), lead = x.shape, (cos.shape[:1] if torch.is_tensor(cos) else ())
+    for name, t in (("cos", cos), ("sin", sin)):  # cos first: sin must match it
+        ok = torch.is_tensor(t) and t.shape == cos.shape and t.device == x.device
+        if not ok or t.dim() not in (2, 3) or t.shape[-2] != n or 2 * t.shape[-1] > d \
+                or t.dim() == 3 and lead != (b,):
+            raise ValueError(f"{name} must be (N, r/2) or (B, N, r/2) like cos on "
+                             f"{x.device}, with N = {n}, r <= d = {d} and B = {b}, "
+                             f"got {_got(t)}")
 # --8<-- [end:check_rotary]
 
 
@@ -142,18 +137,14 @@ class RotaryEmbedding(nn.Module):
         """Refuse q and k that are not (B, heads, length, d_head) floats on one device,
         q longer than k, or an offset that is not an int >= 0."""
         for name, t in (("k", k), ("q", q)):  # k first: q must be on k's device
-            is_tensor = isinstance(t, torch.Tensor)
-            ok = is_tensor and t.is_floating_point() and t.dim() == 4
+            ok = torch.is_tensor(t) and t.is_floating_point() and t.dim() == 4
             if not ok or t.shape[-1] != self.d_head or t.device != k.device:
-                got = f"{t.dtype} {tuple(t.shape)} on {t.device}" if is_tensor else t
-                want = f"a floating tensor (B, heads, length, {self.d_head})"
-                error = ValueError if ok else TypeError
-                raise error(f"{name} must be {want} on k's device, got {got}")
-        if q.shape[-2] > k.shape[-2]:
-            raise ValueError(f"q may not be longer than k, got N={q.shape[-2]} and "
-                             f"M={k.shape[-2]}")
-        if not isinstance(offset, int) or offset < 0:
-            raise ValueError(f"offset must be an int >= 0, got {offset!r}")
+                raise (ValueError if ok else TypeError)(
+                    f"{name} must be a floating tensor (B, heads, length, "
+                    f"{self.d_head}) on k's device, got {_got(t)}")
+        if q.shape[-2] > k.shape[-2] or not isinstance(offset, int) or offset < 0:
+            raise ValueError(f"q may not be longer than k, offset must be an int >= 0, "
+                             f"got N={q.shape[-2]}, M={k.shape[-2]}, offset={offset!r}")
     # --8<-- [end:module]
 
     # --8<-- [start:forward]

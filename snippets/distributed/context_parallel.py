@@ -183,17 +183,15 @@ def _check_layout(layout: str, rank: object = 0, world_size: object = 1) -> None
         raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
     _check_count("world_size", world_size, 1)
     if not (isinstance(rank, int) and 0 <= rank < world_size):
-        raise ValueError(f"rank must be an int in [0, world_size={world_size}), "
-                         f"got {rank!r}")
+        raise ValueError(f"rank must be in [0, world_size={world_size}), got {rank!r}")
 
 
 def _check_dim(x: object, dim: object) -> None:
     """Raise unless ``x`` is a tensor and ``dim`` one of its dimensions."""
-    if not torch.is_tensor(x):
-        raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
-    if not (isinstance(dim, int) and -x.dim() <= dim < x.dim()):
-        raise ValueError(f"dim must be an int in [-{x.dim()}, {x.dim()}) for x of "
-                         f"shape {tuple(x.shape)}, got {dim!r}")
+    n = x.dim() if torch.is_tensor(x) else 0  # not a tensor: no dim fits
+    if not (isinstance(dim, int) and -n <= dim < n):
+        raise ValueError(f"dim must be an int in [-{n}, {n}) for x, a tensor, got dim "
+                         f"{dim!r} and x {tuple(x.shape) if n else type(x).__name__}")
 
 
 def _check_shard_list(shards: object, layout: str, dim: object) -> None:
@@ -237,8 +235,7 @@ def _check_shards(q, k, v, key_mask, layout, scale=None) -> None:
     _check_cp_tensor("k", k, (b, "H_kv", n, d), ("q", q))
     _check_cp_tensor("v", v, (*k.shape[:3], "d_v"), ("q", q))
     if h % k.shape[1]:
-        raise ValueError(f"q's heads H = {h} must be a multiple of k's H_kv, got "
-                         f"{k.shape[1]}")
+        raise ValueError(f"k's H_kv must divide q's H = {h}, got {k.shape[1]}")
     per_rank = 1 if layout == "contiguous" else 2
     _check_count("n", n, 0, per_rank, " (a zigzag shard holds two equal chunks)")
     m = key_mask
@@ -708,13 +705,10 @@ def ulysses_attention(
     rank, world_size = _world(group)
     _check_shards(q, k, v, key_mask, "contiguous", scale)
     h, h_kv = q.shape[1], k.shape[1]
-    if h_kv % world_size:
-        raise ValueError(f"ulysses_attention splits heads across ranks: n_kv_heads "
-                         f"(and n_heads = {h}) must be a multiple of world_size = "
-                         f"{world_size}, got n_kv_heads = {h_kv}")
-    if world_size > 1 and v.shape[-1] != q.shape[-1]:
-        raise ValueError(f"ulysses_attention sends q, k and v in one all-to-all, so "
-                         f"v's width must equal q's {q.shape[-1]}, got {v.shape[-1]}")
+    if h_kv % world_size or world_size > 1 and v.shape[-1] != q.shape[-1]:
+        raise ValueError(f"ulysses_attention needs n_kv_heads (and n_heads = {h}) a "
+                         f"multiple of world_size = {world_size} and v as wide as q "
+                         f"({q.shape[-1]}), got n_kv_heads = {h_kv}, v {v.shape[-1]}")
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     if world_size == 1:
         return _local_attention(

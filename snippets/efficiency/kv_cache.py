@@ -383,11 +383,10 @@ def _check_prompt_ids(name: str, ids: object, vocab_size: int, like: torch.Tenso
 
 def _check_new_kv(k: object, v: object, buffer: torch.Tensor) -> None:
     """Refuse k and v that are not (B, H_kv, N, d) tensors fitting the buffer."""
-    b, h, _, d = buffer.shape
+    (b, h, _, d), like = buffer.shape, (buffer.dtype, buffer.device)
     for name, t in (("k", k), ("v", v)):
         ok = isinstance(t, torch.Tensor) and t.dim() == 4 and t.shape[2] == k.shape[2]
-        ok = ok and (*t.shape[:2], t.shape[3], t.dtype, t.device) == (
-            b, h, d, buffer.dtype, buffer.device)
+        ok = ok and (*t.shape[:2], t.shape[3], t.dtype, t.device) == (b, h, d, *like)
         want = f"fit the cache: ({b}, {h}, N, {d}) {buffer.dtype} on {buffer.device}"
         _check_given(ok, name, want, _describe(t))
 

@@ -99,9 +99,8 @@ def _check_snapkv(q_window, k, budget, pool) -> None:
     for name, t in (("q_window", q_window), ("k", k)):
         ok = isinstance(t, torch.Tensor) and t.dim() == 4 and t.is_floating_point()
         _check_given(ok, name, "be a floating (B, H, L, d) tensor", _describe(t))
-    w, like = q_window.shape[2], (*k.shape[:2], k.shape[3], k.dtype, k.device)
-    ok = w <= k.shape[2] and (*q_window.shape[:2], q_window.shape[3]) + (
-        q_window.dtype, q_window.device) == like
+    (b, h, w, d), like = q_window.shape, (*k.shape[:2], k.shape[3], k.dtype, k.device)
+    ok = w <= k.shape[2] and (b, h, d, q_window.dtype, q_window.device) == like
     _check_given(ok, "q_window", f"be (B, H, w <= T, d) like k {_describe(k)}",
                  _describe(q_window))
     ok = isinstance(budget, int) and budget >= w

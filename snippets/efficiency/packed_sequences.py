@@ -199,9 +199,9 @@ def varlen_attention(
 
 # --8<-- [start:validate]
 def _dtype_and_shape(x: object) -> str:
-    """A tensor's dtype and shape, or another object's type, for an error message."""
+    """A tensor's dtype, shape and device, or another object's type, for a message."""
     if isinstance(x, torch.Tensor):
-        return f"{x.dtype} {tuple(x.shape)}"
+        return f"{x.dtype} {tuple(x.shape)} on {x.device}"
     return type(x).__name__
 
 

@@ -398,8 +398,7 @@ def _check_split_kv(q: object, k: object, v: object, n_splits: object) -> None:
     _check_given(ok, "n_splits", f"be an int in [1, M = {k.shape[2]}]", n_splits)
 
 
-def _check_speculative(target: object, draft: object, prompt: object, n_new: object,
-                       n_draft: object) -> None:
+def _check_speculative(target, draft, prompt, n_new: object, n_draft: object) -> None:
     """Refuse anything but two models, a (1, N0) prompt of ids and two counts."""
     ok = callable(target) and callable(draft)
     got = f"{type(target).__name__} and {type(draft).__name__}"

@@ -121,9 +121,7 @@ def _check_blocks(tokens: list[int], block_size: int) -> None:
 
 
 def _check_reuse(q, k_new, v_new, k_prefix, v_prefix) -> None:
-    named = {"q": q, "k_new": k_new, "v_new": v_new, "k_prefix": k_prefix,
-             "v_prefix": v_prefix}
-    for name, t in named.items():
+    for name, t in dict(locals()).items():  # q, k_new, v_new, k_prefix, v_prefix
         ok = isinstance(t, torch.Tensor) and t.dim() == 4
         ok = ok and (t.dtype, t.device) == (q.dtype, q.device)
         _check_given(ok, name, "be a (B, H, L, d) tensor like q", _describe(t))

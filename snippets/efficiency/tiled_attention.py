@@ -184,8 +184,7 @@ def _check_given(ok: object, name: str, want: str, got: object, error=ValueError
 
 def _check_tile_sizes(x: object = None, **sizes: object) -> None:
     """Refuse a block size that is not a positive int (the loop would never end)."""
-    ok = x is None or isinstance(x, torch.Tensor) and x.is_floating_point()
-    ok = ok and (x is None or x.dim() > 0)
+    ok = x is None or torch.is_tensor(x) and x.is_floating_point() and x.dim() > 0
     _check_given(ok, "x", "be a floating tensor (..., M)", _describe(x), TypeError)
     for name, value in sizes.items():
         ok = isinstance(value, int) and value >= 1
@@ -194,10 +193,10 @@ def _check_tile_sizes(x: object = None, **sizes: object) -> None:
 
 def _check_tiled_qkv(q, k, v, scale, block_size_k, block_size_q) -> None:
     """Refuse q, k, v that cannot be attended together, naming what differs."""
+    want = "be a floating tensor (..., length, width) like q"
     for name, t in (("q", q), ("k", k), ("v", v)):
         ok = isinstance(t, torch.Tensor) and t.is_floating_point() and t.dim() >= 2
         ok = ok and (t.dtype, t.device) == (q.dtype, q.device)
-        want = "be a floating tensor (..., length, width) like q"
         _check_given(ok, name, want, _describe(t), TypeError)
     try:  # leading (batch, head) dimensions pair up as in torch.matmul
         torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])

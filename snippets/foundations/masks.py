@@ -143,8 +143,7 @@ def _check_lengths(lengths: torch.Tensor, max_len: int | None) -> None:
                          f"got {max_len!r}")
 
 
-def _check_combine(attn_mask: torch.Tensor | None, key_mask: torch.Tensor | None
-                   ) -> None:
+def _check_combine(attn_mask: torch.Tensor | None, key_mask: torch.Tensor | None):
     """Refuse masks that are not bool, or that do not broadcast on one device."""
     for name, t, ranks in (("attn_mask", attn_mask, (2, 3, 4)),
                            ("key_mask", key_mask, (2,))):

@@ -189,8 +189,7 @@ def _check_ints(**bounds: tuple) -> None:
             raise ValueError(f"{name} must be an int in [{low}, {high}], got {value!r}")
 
 
-def _check_table(n_positions: int, d_model: int, start: int, base: float,
-                 dtype: torch.dtype) -> None:
+def _check_table(n_positions: int, d_model: int, start: int, base, dtype) -> None:
     """Refuse sizes, a start, a base or a dtype that would give a wrong table."""
     _check_ints(n_positions=(n_positions, 1, math.inf), d_model=(d_model, 2, math.inf),
                 start=(start, 0, math.inf))

@@ -302,9 +302,8 @@ def _check_log_linear(q, k, v, g, lam, scale, *, states=None, position=0, chunk=
     if not (isinstance(position, int) and position >= 0):
         raise ValueError(f"position must be an int >= 0, got {position!r}")
     n = position + 1 if step else g.shape[-1]
-    if lam.shape[-1] < (n - 1).bit_length() + 1:
-        raise ValueError(f"lam needs at least {(n - 1).bit_length() + 1} levels "
-                         f"for {n} tokens, got {lam.shape[-1]}")
+    if (have := lam.shape[-1]) < (need := (n - 1).bit_length() + 1):
+        raise ValueError(f"lam needs at least {need} levels for {n} tokens, got {have}")
     if scale is not None and not (math.isfinite(scale) and scale > 0):
         raise ValueError(f"scale must be None or a finite float > 0, got {scale!r}")
     if not (isinstance(chunk, int) and chunk >= 1 and chunk & (chunk - 1) == 0):

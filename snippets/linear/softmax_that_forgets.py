@@ -213,9 +213,9 @@ def path_attention(
 
 # --8<-- [start:validate]
 def _dtype_and_shape(x: object) -> str:
-    """A tensor's dtype and shape, or another object's type, for an error message."""
+    """A tensor's dtype, shape and device, or another object's type, for a message."""
     if isinstance(x, torch.Tensor):
-        return f"{x.dtype} {tuple(x.shape)}"
+        return f"{x.dtype} {tuple(x.shape)} on {x.device}"
     return type(x).__name__
 
 
@@ -225,8 +225,7 @@ def _check_heads(q, k, v, scale, log_f=None) -> None:
         if not (torch.is_tensor(t) and t.is_floating_point() and t.dim() == 4) or (
                 t.dtype, t.device) != (q.dtype, q.device):
             raise ValueError(f"{name} must be a floating (B, H, N, d) tensor of q's "
-                             f"dtype and device, got {_dtype_and_shape(t)} on "
-                             f"{getattr(t, 'device', None)}")
+                             f"dtype and device, got {_dtype_and_shape(t)}")
     if k.shape != q.shape or v.shape[:-1] != q.shape[:-1]:
         raise ValueError(f"q and k must be (B, H, N, d) and v (B, H, N, d_v), got q "
                          f"{tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}")
@@ -242,8 +241,7 @@ def _check_per_token(name, f, q=None, low=-math.inf, high=0.0) -> None:
     if not (torch.is_tensor(f) and f.is_floating_point() and f.dim() == 3) or (
             want and f"{tuple(f.shape)} on {f.device}" != want):
         raise ValueError(f"{name} must be a floating (B, H, N) tensor, "
-                         f"{want or 'any'}, got {_dtype_and_shape(f)} on "
-                         f"{getattr(f, 'device', None)}")
+                         f"{want or 'any'}, got {_dtype_and_shape(f)}")
     if ((f < low) | (f > high)).any():  # log gates <= 0; beta in [0, 2]: non-expansive
         raise ValueError(f"{name} must lie in [{low:g}, {high:g}], got {f.min():.3g} "
                          f"to {f.max():.3g}")
@@ -252,11 +250,9 @@ def _check_per_token(name, f, q=None, low=-math.inf, high=0.0) -> None:
 def _check_path(q, k, v, w, beta, log_f, scale) -> None:
     """The heads and log_f as above; w shaped like q; beta (B, H, N) in [0, 2]."""
     _check_heads(q, k, v, scale, log_f)
-    if not torch.is_tensor(w) or (w.shape, w.dtype, w.device) != (q.shape, q.dtype,
-                                                                  q.device):
-        raise ValueError(f"w must be a (B, H, N, d) tensor like q, {tuple(q.shape)} "
-                         f"{q.dtype} on {q.device}, got {_dtype_and_shape(w)} on "
-                         f"{getattr(w, 'device', None)}")
+    if _dtype_and_shape(w) != _dtype_and_shape(q):  # dtype, shape and device
+        raise ValueError(f"w must be a (B, H, N, d) tensor like q, "
+                         f"{_dtype_and_shape(q)}, got {_dtype_and_shape(w)}")
     _check_per_token("beta", beta, q, 0.0, 2.0)
 
 # --8<-- [end:validate]

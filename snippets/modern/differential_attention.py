@@ -71,9 +71,8 @@ class DifferentialAttention(nn.Module):
                  causal: bool = True, eps: float = 1e-5) -> None:
         super().__init__()
         if d_model % (2 * n_heads) or not 0.0 <= lambda_init < 1.0:
-            raise ValueError(f"d_model must be divisible by 2 * n_heads = "
-                             f"{2 * n_heads} and lambda_init in [0, 1), got d_model="
-                             f"{d_model}, lambda_init={lambda_init}")
+            raise ValueError(f"d_model must be a multiple of 2 * {n_heads = } and "
+                             f"lambda_init in [0, 1), got {d_model=}, {lambda_init=}")
         self.n_heads, self.d_head = n_heads, d_model // n_heads // 2
         self.lambda_init, self.causal, self.eps = lambda_init, causal, eps
         self.q_proj = nn.Linear(d_model, d_model, bias=False)  # H heads x (q1, q2)

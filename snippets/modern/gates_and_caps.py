@@ -65,20 +65,16 @@ def _check_float_tensor(name: str, t: object, shape, like=None, dtype=True) -> N
     fits = t.dim() == len(shape) and all(s in (None, n) for s, n in zip(shape, t.shape))
     same = t.device == like.device and (t.dtype == like.dtype or not dtype or cast)
     if not fits or not same:
-        raise ValueError(f"{name} must be {shape}, {like.dtype if dtype else 'float'}"
-                         f" on {like.device}, got {tuple(t.shape)}, {t.dtype} on "
-                         f"{t.device}")
+        raise ValueError(f"{name} must be {shape} {dtype and like.dtype or 'float'} on "
+                         f"{like.device}, got {tuple(t.shape)} {t.dtype} on {t.device}")
 
 
 def _check_bool_mask(name: str, mask: object, shape: tuple, device) -> None:
     """None, or a bool mask (True = may attend) on device that broadcasts to shape."""
-    if mask is None:
-        return
-    if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
+    if mask is not None and getattr(mask, "dtype", None) != torch.bool:
         raise TypeError(f"{name} must be bool, got {getattr(mask, 'dtype', mask)}")
-    fits = mask.dim() <= len(shape) and all(
-        a in (1, b) for a, b in zip(mask.shape[::-1], shape[::-1]))
-    if not fits or mask.device != device:
+    if mask is not None and (mask.dim() > len(shape) or mask.device != device or any(
+            a not in (1, b) for a, b in zip(mask.shape[::-1], shape[::-1]))):
         raise ValueError(f"{name} must broadcast to {shape} on {device}, got "
                          f"{tuple(mask.shape)} on {mask.device}")
 

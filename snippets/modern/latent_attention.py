@@ -69,20 +69,16 @@ def _check_float_tensor(name: str, t: object, shape, like=None, dtype=True) -> N
     fits = t.dim() == len(shape) and all(s in (None, n) for s, n in zip(shape, t.shape))
     same = t.device == like.device and (t.dtype == like.dtype or not dtype or cast)
     if not fits or not same:
-        raise ValueError(f"{name} must be {shape}, {like.dtype if dtype else 'float'}"
-                         f" on {like.device}, got {tuple(t.shape)}, {t.dtype} on "
-                         f"{t.device}")
+        raise ValueError(f"{name} must be {shape} {dtype and like.dtype or 'float'} on "
+                         f"{like.device}, got {tuple(t.shape)} {t.dtype} on {t.device}")
 
 
 def _check_bool_mask(name: str, mask: object, shape: tuple, device) -> None:
     """None, or a bool mask (True = may attend) on device that broadcasts to shape."""
-    if mask is None:
-        return
-    if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
+    if mask is not None and getattr(mask, "dtype", None) != torch.bool:
         raise TypeError(f"{name} must be bool, got {getattr(mask, 'dtype', mask)}")
-    fits = mask.dim() <= len(shape) and all(
-        a in (1, b) for a, b in zip(mask.shape[::-1], shape[::-1]))
-    if not fits or mask.device != device:
+    if mask is not None and (mask.dim() > len(shape) or mask.device != device or any(
+            a not in (1, b) for a, b in zip(mask.shape[::-1], shape[::-1]))):
         raise ValueError(f"{name} must broadcast to {shape} on {device}, got "
                          f"{tuple(mask.shape)} on {mask.device}")
 
@@ -90,42 +86,37 @@ def _check_bool_mask(name: str, mask: object, shape: tuple, device) -> None:
 
 
 # --8<-- [start:check_rotary]
+def _got(t: object) -> str:
+    """What a message says it got: a tensor's dtype, shape and device, else t."""
+    is_tensor = torch.is_tensor(t)
+    return f"{t.dtype} {tuple(t.shape)} on {t.device}" if is_tensor else repr(t)
+
+
 def _check_rotary_tables(positions: torch.Tensor, rotary_dim: int, base: float) -> None:
-    """Refuse what would silently give wrong angles."""
-    if not isinstance(positions, torch.Tensor) or positions.is_floating_point() \
-            or positions.dtype == torch.bool or positions.dim() not in (1, 2):
-        got = f"{positions.dtype} {tuple(positions.shape)}" if isinstance(
-            positions, torch.Tensor) else type(positions).__name__
+    """Refuse positions unless integer (N,) or (B, N), odd rotary_dim, base <= 1."""
+    p = positions
+    if not torch.is_tensor(p) or p.is_floating_point() or p.dtype == torch.bool \
+            or p.dim() not in (1, 2):
         raise TypeError(f"positions must be an integer tensor (N,) or (B, N), "
-                        f"got {got}")
+                        f"got {_got(p)}")
     if not isinstance(rotary_dim, int) or rotary_dim < 2 or rotary_dim % 2:
         raise ValueError(f"rotary_dim must be an even int >= 2, got {rotary_dim!r}")
     if not (isinstance(base, (int, float)) and math.isfinite(base) and base > 1):
         raise ValueError(f"base must be a finite number > 1, got {base!r}")
 
 
-def _check_apply_rotary(
-    x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
-) -> None:
-    """Refuse tables that do not fit x: a silent broadcast rotates the wrong rows."""
-    if not isinstance(x, torch.Tensor) or not x.is_floating_point() or x.dim() != 4:
-        got = f"{x.dtype} {tuple(x.shape)}" if isinstance(x, torch.Tensor) \
-            else type(x).__name__
-        raise TypeError(f"x must be a floating tensor (B, H, N, d), got {got}")
-    for name, t in (("cos", cos), ("sin", sin)):
-        if not isinstance(t, torch.Tensor) or t.dim() not in (2, 3):
-            got = tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
-            raise ValueError(f"{name} must be (N, r/2) or (B, N, r/2), got {got}")
-        if t.device != x.device:
-            raise ValueError(f"{name} must be on x's device {x.device}, got {t.device}")
-    if cos.shape != sin.shape:
-        raise ValueError(f"cos and sin must have one shape, got {tuple(cos.shape)} and "
-                         f"{tuple(sin.shape)}")
-    n, d, half = x.shape[-2], x.shape[-1], cos.shape[-1]
-    batch_ok = cos.dim() == 2 or cos.shape[0] == x.shape[0]
-    if cos.shape[-2] != n or 2 * half > d or not batch_ok:
-        raise ValueError(f"cos must be (N, r/2) or (B, N, r/2) with N = {n}, "
-                         f"r <= d = {d} and B = {x.shape[0]}, got {tuple(cos.shape)}")
+def _check_apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> None:
+    """Refuse x unless floating (B, H, N, d), cos and sin unless one table fitting x."""
+    if not torch.is_tensor(x) or not x.is_floating_point() or x.dim() != 4:
+        raise TypeError(f"x must be a floating tensor (B, H, N, d), got {_got(x)}")
+    (b, _, n, d), lead = x.shape, (cos.shape[:1] if torch.is_tensor(cos) else ())
+    for name, t in (("cos", cos), ("sin", sin)):  # cos first: sin must match it
+        ok = torch.is_tensor(t) and t.shape == cos.shape and t.device == x.device
+        if not ok or t.dim() not in (2, 3) or t.shape[-2] != n or 2 * t.shape[-1] > d \
+                or t.dim() == 3 and lead != (b,):
+            raise ValueError(f"{name} must be (N, r/2) or (B, N, r/2) like cos on "
+                             f"{x.device}, with N = {n}, r <= d = {d} and B = {b}, "
+                             f"got {_got(t)}")
 # --8<-- [end:check_rotary]
 
 

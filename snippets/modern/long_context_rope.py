@@ -65,19 +65,30 @@ ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "llama3")
 
 
 # --8<-- [start:checks]
-def _check_rope_int(name: str, value: object, minimum: int, even=False) -> None:
-    """An int >= minimum (and even, where asked)."""
-    if not isinstance(value, int) or value < minimum or even and value % 2:
-        raise ValueError(f"{name} must be an {'even ' * even}int >= {minimum}, "
-                         f"got {value!r}")
+# Where each named argument may lie: (lowest value, whether it is allowed, kind)
+_NUM, _INT, _EVEN = "a finite number", "an int", "an even int"
+_RANGES = {
+    "base": (1.0, False, _NUM), "factor": (1.0, True, _NUM),
+    "beta_slow": (0.0, False, _NUM), "beta_fast": (0.0, True, _NUM),
+    "low_freq_factor": (0.0, False, _NUM), "high_freq_factor": (0.0, True, _NUM),
+    "attention_factor": (0.0, False, _NUM), "mscale": (0.0, True, _NUM),
+    "mscale_all_dim": (0.0, True, _NUM), "d_rot": (2, True, _EVEN),
+    "d_head": (2, True, _INT), "seq_len": (0, True, _INT), "offset": (0, True, _INT),
+    "bos_id": (0, True, _INT), "original_length": (1, True, _INT),
+    "original_max_position_embeddings": (1, True, _INT),
+}
 
 
-def _check_rope_num(name: str, value: object, low: float, closed=False) -> None:
-    """A finite number > low (>= low where closed)."""
-    ok = isinstance(value, (int, float)) and math.isfinite(value)
-    if not ok or value < low or value == low and not closed:
-        sign = ">=" if closed else ">"
-        raise ValueError(f"{name} must be a finite number {sign} {low}, got {value!r}")
+def _check_rope_args(**values: object) -> None:
+    """Each value within its ``_RANGES`` entry; a pair (value, low) raises the floor."""
+    for name, value in values.items():
+        low, closed, kind = _RANGES[name]
+        value, low = value if isinstance(value, tuple) else (value, low)
+        num = isinstance(value, int) or kind == _NUM and isinstance(value, float)
+        ok = num and math.isfinite(value) and (value > low or closed and value == low)
+        if not ok or kind == _EVEN and value % 2:
+            sign = ">=" if closed else ">"
+            raise ValueError(f"{name} must be {kind} {sign} {low}, got {value!r}")
 
 
 def _check_rope_tensor(name: str, t: object, ranks: tuple, kind="real", device=None):
@@ -102,21 +113,19 @@ def _check_rope_rotary_inputs(x: object, cos: object, sin: object) -> None:
     (b, _, n, d), half = x.shape, cos.shape[-1]
     if cos.shape != sin.shape or cos.shape[-2] != n or not 1 <= 2 * half <= d \
             or cos.dim() == 3 and cos.shape[0] not in (1, b):
-        raise ValueError(f"cos and sin must both be (N, r/2) or (B, N, r/2) with "
-                         f"B={b}, N={n} and r <= d={d}, got {tuple(cos.shape)} and "
-                         f"{tuple(sin.shape)}")
+        raise ValueError(f"cos and sin must be (N, r/2) or (B, N, r/2), B={b}, N={n}, "
+                         f"r <= d={d}, got {tuple(cos.shape)}, {tuple(sin.shape)}")
 
 
 def _check_rope_tokens(tokens: object, bos_id: object) -> None:
     """An integer (B, N) tensor whose rows hold bos_id first and only there."""
     _check_rope_tensor("tokens", tokens, (2,), "integer")
-    _check_rope_int("bos_id", bos_id, 0)
+    _check_rope_args(bos_id=bos_id)
     is_bos = tokens == bos_id  # (B, N)
     starts, later = int(is_bos[:, :1].sum()), int(is_bos[:, 1:].sum())
     if starts != tokens.shape[0] or later or not tokens.shape[1]:
-        raise ValueError(f"every row of tokens must start with bos_id={bos_id} and "
-                         f"hold it only there, got {starts} of {tokens.shape[0]} rows "
-                         f"starting with it and {later} more of it later")
+        raise ValueError(f"tokens must hold bos_id={bos_id} first in each row and only "
+                         f"there, got {starts} of {tokens.shape[0]} and {later} later")
 # --8<-- [end:checks]
 
 
@@ -145,8 +154,7 @@ def rope_frequencies(
     Returns:
         ``(r/2,)`` float32, in radians per position, from 1 down to about 1/base.
     """
-    _check_rope_int("d_rot", d_rot, 2, even=True)  # dimensions rotate in pairs
-    _check_rope_num("base", base, 1.0)
+    _check_rope_args(d_rot=d_rot, base=base)  # dimensions rotate in pairs
     return inverse_frequencies(d_rot, base, device)
 
 
@@ -156,14 +164,13 @@ def rotary_dims(d_head: int, partial_rotary_factor: float = 1.0) -> int:
     GPT-NeoX-20B and Pythia rotate a quarter of each head (``rotary_pct`` 0.25);
     the other dimensions carry no position at all.
     """
-    _check_rope_int("d_head", d_head, 2)
+    _check_rope_args(d_head=d_head)
     factor = partial_rotary_factor
-    if not (isinstance(factor, (int, float)) and 0.0 < factor <= 1.0):
-        raise ValueError(f"partial_rotary_factor must be a number in (0, 1], "
-                         f"got {factor!r}")
-    d_rot = int(d_head * factor)
-    _check_rope_int(f"int(d_head * partial_rotary_factor) = int({d_head} * {factor})",
-                    d_rot, 2, even=True)
+    fits = isinstance(factor, (int, float)) and 0.0 < factor <= 1.0
+    d_rot = int(d_head * factor) if fits else 0
+    if d_rot < 2 or d_rot % 2:
+        raise ValueError(f"partial_rotary_factor must be in (0, 1], int(d_head * it) "
+                         f"even >= 2 for d_head={d_head}, got {factor!r}")
     return d_rot
 
 
@@ -183,7 +190,7 @@ def linear_scaling(inv_freq: torch.Tensor, factor: float) -> torch.Tensor:
     theta_i: a window s times longer is squeezed into the angles seen in training.
     """
     _check_rope_tensor("inv_freq", inv_freq, (1,), "floating")
-    _check_rope_num("factor", factor, 1.0, closed=True)
+    _check_rope_args(factor=factor)
     return interpolate(inv_freq, factor)
 
 
@@ -209,9 +216,7 @@ def ntk_aware_base(base: float, factor: float, d_rot: int) -> float:
     exactly s, like position interpolation, while the fastest (i = 0) keeps its
     frequency; the planes in between are divided by s^(2i / (r - 2)).
     """
-    _check_rope_num("base", base, 1.0)
-    _check_rope_num("factor", factor, 1.0, closed=True)
-    _check_rope_int("d_rot", d_rot, 4, even=True)
+    _check_rope_args(base=base, factor=factor, d_rot=(d_rot, 4))
     return ntk_base(base, factor, d_rot)
 
 
@@ -224,9 +229,7 @@ def dynamic_ntk_base(
     with the length, in the form ``transformers`` uses (for factor 1 the scale is
     the paper's s = max(1, l'/L)).
     """
-    _check_rope_int("seq_len", seq_len, 0)
-    _check_rope_int("original_length", original_length, 1)
-    _check_rope_num("factor", factor, 1.0, closed=True)
+    _check_rope_args(seq_len=seq_len, original_length=original_length, factor=factor)
     return ntk_aware_base(base, dynamic_scale(factor, seq_len, original_length), d_rot)
 
 
@@ -270,9 +273,8 @@ def yarn_ramp(
     Returns:
         ``(r/2,)`` float32 in [0, 1], non-decreasing in i.
     """
-    _check_rope_int("original_length", original_length, 1)
-    _check_rope_num("beta_slow", beta_slow, 0.0)
-    _check_rope_num("beta_fast", beta_fast, beta_slow, closed=True)
+    _check_rope_args(original_length=original_length, beta_slow=beta_slow,
+                     beta_fast=(beta_fast, beta_slow))
     inv_freq = rope_frequencies(d_rot, base)  # validates d_rot and base
     low, high = ramp_indices(d_rot, base, original_length, beta_fast, beta_slow)
     if truncate:
@@ -295,7 +297,7 @@ def yarn_scaling(
     truncate: bool = True,
 ) -> torch.Tensor:
     """ "NTK-by-parts": fast planes kept, slow planes divided by s, a ramp between."""
-    _check_rope_num("factor", factor, 1.0, closed=True)
+    _check_rope_args(factor=factor)
     inv_freq = rope_frequencies(d_rot, base)  # (r/2,)
     ramp = yarn_ramp(
         d_rot,
@@ -317,10 +319,9 @@ def yarn_attention_factor(
     sharpened to undo the flattening that a longer window brings. DeepSeek's
     configs give two coefficients and use their ratio.
     """
-    _check_rope_num("factor", factor, 1.0, closed=True)
-    for name, value in (("mscale", mscale), ("mscale_all_dim", mscale_all_dim)):
-        if value is not None:
-            _check_rope_num(name, value, 0.0, closed=True)
+    # None (not given) passes as 0.0
+    _check_rope_args(factor=factor, mscale=0.0 if mscale is None else mscale,
+                     mscale_all_dim=0.0 if mscale_all_dim is None else mscale_all_dim)
 
     def m(scale: float, k: float = 1.0) -> float:
         return 1.0 if scale <= 1 else 0.1 * k * math.log(scale) + 1.0
@@ -360,10 +361,9 @@ def llama3_scaling(
     in between, a blend linear in L / wavelength, the number of turns in the window.
     """
     _check_rope_tensor("inv_freq", inv_freq, (1,), "floating")
-    _check_rope_num("factor", factor, 1.0, closed=True)
-    _check_rope_num("low_freq_factor", low_freq_factor, 0.0)
-    _check_rope_num("high_freq_factor", high_freq_factor, low_freq_factor, closed=True)
-    _check_rope_int("original_length", original_length, 1)
+    _check_rope_args(factor=factor, low_freq_factor=low_freq_factor,
+                     high_freq_factor=(high_freq_factor, low_freq_factor),
+                     original_length=original_length)
     return llama3_rule(
         inv_freq, factor, low_freq_factor, high_freq_factor, original_length
     )
@@ -416,10 +416,10 @@ def rope_inv_freq(
                          f"got {rope_type!r}")
     d_rot = rotary_dims(d_head, partial_rotary_factor)
     if rope_type in ("dynamic", "yarn", "llama3"):  # L is needed (None: not given)
-        _check_rope_int("original_max_position_embeddings",
-                        original_max_position_embeddings, 1)
+        _check_rope_args(
+            original_max_position_embeddings=original_max_position_embeddings)
     if attention_factor is not None:
-        _check_rope_num("attention_factor", attention_factor, 0.0)
+        _check_rope_args(attention_factor=attention_factor)
 
     if rope_type == "default":
         return rope_frequencies(d_rot, base), 1.0
@@ -483,7 +483,7 @@ def rotary_angles(
     """
     _check_rope_tensor("inv_freq", inv_freq, (1,), "floating")
     _check_rope_tensor("positions", positions, (1, 2))
-    _check_rope_num("attention_factor", attention_factor, 0.0)
+    _check_rope_args(attention_factor=attention_factor)
     # float32 angles, as the model code this is compared with computes them
     angles = positions.float()[..., None] * inv_freq.float().to(
         positions.device
@@ -540,11 +540,10 @@ class ScaledRotaryEmbedding(nn.Module):
     def _check_forward(self, q: torch.Tensor, k: torch.Tensor, offset: int) -> None:
         for name, t in (("q", q), ("k", k)):
             _check_rope_tensor(name, t, (4,), "floating", self.inv_freq.device)
-        _check_rope_int("offset", offset, 0)
+        _check_rope_args(offset=offset)
         if q.shape[-2] > k.shape[-2] or {q.shape[-1], k.shape[-1]} != {self.d_head}:
-            raise ValueError(f"q (B, H, N, d) and k (B, H_kv, M, d) must have N <= M "
-                             f"and d = {self.d_head}, got {tuple(q.shape)} and "
-                             f"{tuple(k.shape)}")
+            raise ValueError(f"q (B, H, N, d) and k (B, H_kv, M, d) must have N <= M, "
+                             f"d={self.d_head}, got {tuple(q.shape)}, {tuple(k.shape)}")
 
     # --8<-- [start:module]
     def forward(self, q: torch.Tensor, k: torch.Tensor, *, offset: int = 0):

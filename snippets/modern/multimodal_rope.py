@@ -245,14 +245,16 @@ def scalable_softmax(
 
 
 # --8<-- [start:checks]
-def _check_mm_tensor(name, t, ranks, floating, device=None):
-    """An integer (or floating) tensor of a rank in ranks, on device if given."""
+def _check_mm_tensor(name, t, ranks, floating, device=None, lead=()):
+    """An integer (or floating) tensor (*lead, ...) of a rank in ranks, on device."""
     ok = torch.is_tensor(t) and t.dtype != torch.bool and t.dim() in ranks \
-        and t.is_floating_point() == floating and device in (None, t.device)
+        and t.is_floating_point() == floating and device in (None, t.device) \
+        and tuple(t.shape[: len(lead)]) == tuple(lead)
     if not ok:
         got = f"{t.dtype} {tuple(t.shape)} on {t.device}" if torch.is_tensor(t) else t
-        raise ValueError(f"{name} must be an {('integer', 'floating')[floating]} "
-                         f"tensor of rank in {ranks} on one device, got {got}")
+        kind = ("integer", "floating")[floating]
+        raise ValueError(f"{name} must be an {kind} tensor of rank in {ranks}, leading "
+                         f"dims {tuple(lead)}, on one device, got {got}")
 
 
 def _check_mm_number(name, value, low, closed=False, step=None):
@@ -270,8 +272,7 @@ def _check_mrope_layout(layout, restart):
     def fine(item):
         sizes = item if isinstance(item, tuple) and len(item) == 3 else (item,)
         return all(isinstance(v, int) and v >= 1 for v in sizes)
-    if not isinstance(layout, (list, tuple)) or not layout \
-            or not all(map(fine, layout)):
+    if not (isinstance(layout, (list, tuple)) and layout and all(map(fine, layout))):
         raise ValueError(f"layout must be a non-empty list of text lengths >= 1 and "
                          f"(t, h, w) grids of ints >= 1, got {layout!r}")
     if restart not in ("max", "hw"):
@@ -280,10 +281,7 @@ def _check_mrope_layout(layout, restart):
 
 def _check_mrope(position_ids, rotary_dim, sections, base):
     """Ids (3, N) or (3, B, N); r even; three sections >= 0 summing to r/2."""
-    _check_mm_tensor("position_ids", position_ids, (2, 3), False)
-    if position_ids.shape[0] != 3:
-        raise ValueError(f"position_ids must have 3 rows (t, h, w), got "
-                         f"{tuple(position_ids.shape)}")
+    _check_mm_tensor("position_ids", position_ids, (2, 3), False, lead=(3,))  # t, h, w
     _check_mm_number("rotary_dim", rotary_dim, 1, step=2)
     ok = isinstance(sections, (list, tuple)) and len(sections) == 3 and all(
         isinstance(v, int) and v >= 0 for v in sections)
@@ -296,10 +294,7 @@ def _check_mrope(position_ids, rotary_dim, sections, base):
 def _check_rope_2d(rows, cols, rotary_dim, base):
     """rows and cols: integer tensors of one shape on one device; r % 4 == 0."""
     _check_mm_tensor("rows", rows, (1, 2), False)
-    _check_mm_tensor("cols", cols, (rows.dim(),), False, rows.device)
-    if cols.shape != rows.shape:
-        raise ValueError(f"cols must have the shape of rows {tuple(rows.shape)}, got "
-                         f"{tuple(cols.shape)}")
+    _check_mm_tensor("cols", cols, (rows.dim(),), False, rows.device, rows.shape)
     _check_mm_number("rotary_dim", rotary_dim, 1, step=4)
     _check_mm_number("base", base, 1.0)
 
@@ -317,13 +312,12 @@ def _check_ssmax(scores, s, attn_mask):
     """Floating scores (..., N, M); s > 0; a bool mask that broadcasts to them."""
     _check_mm_tensor("scores", scores, (2, 3, 4), True)
     _check_mm_number("s", s, 0.0)
-    fits = attn_mask is None or torch.is_tensor(attn_mask) \
-        and attn_mask.dtype == torch.bool and attn_mask.device == scores.device \
-        and attn_mask.dim() <= scores.dim() \
-        and all(a in (1, b) for a, b in zip(attn_mask.shape[::-1], scores.shape[::-1]))
+    m, shape = attn_mask, tuple(scores.shape)
+    fits = m is None or torch.is_tensor(m) and m.dtype == torch.bool and m.dim() <= len(
+        shape) and m.device == scores.device and all(
+        a in (1, b) for a, b in zip(m.shape[::-1], shape[::-1]))
     if not fits:
-        got = f"{attn_mask.dtype} {tuple(attn_mask.shape)}" if torch.is_tensor(
-            attn_mask) else attn_mask
+        got = f"{m.dtype} {tuple(m.shape)} on {m.device}" if torch.is_tensor(m) else m
         raise ValueError(f"attn_mask must be a bool tensor on scores' device that "
-                         f"broadcasts to {tuple(scores.shape)}, got {got}")
+                         f"broadcasts to {shape}, got {got}")
 # --8<-- [end:checks]

@@ -290,15 +290,13 @@ def _check_tweak_qkv(q, k, v, scale, **extras) -> None:
     _check_tweak_tensor("q", q, ("B", "H", "N", "d"))
     _check_tweak_tensor("k", k, q.shape, ("q", q))
     _check_tweak_tensor("v", v, (*q.shape[:3], "d_v"), ("q", q))
-    shapes = {"extra": v.shape, "gate": (*q.shape[:3], 1), "pre": (q.shape[1], "c_q",
-              "c_k"), "post": (q.shape[1], "c_q", "c_k")}
-    for name, t in extras.items():
-        if name in ("strength", "eps"):
+    head = (q.shape[1], "c_q", "c_k")
+    shapes = {"extra": v.shape, "gate": (*q.shape[:3], 1), "pre": head, "post": head}
+    for name, t in {**extras, "scale": 1.0 if scale is None else scale}.items():
+        if name not in shapes:  # strength in [0, 1], eps and scale > 0
             _check_tweak_number(name, t, 1 if name == "strength" else math.inf)
         elif t is not None and not (name == "gate" and isinstance(t, (int, float))):
             _check_tweak_tensor(name, t, shapes[name], ("q", q))
-    if scale is not None:
-        _check_tweak_number("scale", scale)
 
 
 def _check_tweak_gate(x, weight, top) -> None:
