@@ -11,9 +11,11 @@ entry per row of docs/data/models.yaml: the row's attention written in the
 fields a ``config.json`` uses, so that choosing a model fills the form with
 a config the reader can edit. The layers are spelt the way configs spell them
 (``sliding_window_pattern``, ``full_attention_interval``) where that gives the
-row's layer kinds, and as ``layer_types`` otherwise. What the census does not
-hold is left ``null`` (a latent model's ``v_head_dim``; a hybrid's ``linear_*``
-sizes, except those docs/data/hybrids.yaml copies from the released file), so
+row's layer kinds, and as ``layer_types`` otherwise. A latent model's
+``v_head_dim`` comes from the row's optional field of that name. What the census
+does not hold is left ``null`` (a latent row without ``v_head_dim``; a hybrid's
+``linear_*`` sizes, except those docs/data/hybrids.yaml copies from the
+released file, which Kimi Linear's Kimi Delta Attention layers do not have), so
 that the calculator names the field to fill in. DeepSeek-V4's rows, whose
 compressed entries the calculator does not read, are left out.
 tests/test_calculator_browser.py checks every entry against the table.
@@ -66,7 +68,7 @@ def config_of(model: dict, table, hybrids: dict) -> dict:
         rope = value("rope_head_dim")
         out.update(kv_lora_rank=value("kv_lora_rank"), qk_rope_head_dim=rope,
                    qk_nope_head_dim=value("head_dim") - rope,
-                   v_head_dim=model.get("v_head_dim", {}).get("value"))  # not in the census yet
+                   v_head_dim=model.get("v_head_dim", {}).get("value"))  # null where the row has none
         if "index_head_dim" in model:
             out["index_head_dim"] = value("index_head_dim")
     if "linear_attention" in table.layer_types(model):

@@ -46,8 +46,9 @@ COLUMNS = [
 MLA_FIELDS = ("kv_lora_rank", "rope_head_dim")
 # index_head_dim: the key a sparse-attention indexer caches per entry (DeepSeek
 # Sparse Attention); key_is_value: one tensor serves as key and value, so it is
-# cached once (DeepSeek-V4).
-OPTIONAL = ("notes",) + MLA_FIELDS + ("index_head_dim", "key_is_value")
+# cached once (DeepSeek-V4); v_head_dim: a latent model's value width per head,
+# which the cache does not hold but the calculator's FLOPs read.
+OPTIONAL = ("notes",) + MLA_FIELDS + ("index_head_dim", "key_is_value", "v_head_dim")
 SOURCE_KINDS = {"config": ("repo", "file"), "paper": ("arxiv", "where"), "code": ("repo", "file", "version")}
 MARK = {"config": "c", "paper": "p", "code": "m"}
 LENGTHS = (8192, 32768, 131072)
@@ -91,7 +92,9 @@ def check_model(model: dict) -> None:
         if cell["source"] not in sources:
             raise ValueError(f"{name}: {field} cites source {cell['source']!r}, which the model does not list")
     ints = ("heads", "kv_heads", "head_dim", "layers") + (MLA_FIELDS if "kv_lora_rank" in model else ())
-    for field in ints + (("index_head_dim",) if "index_head_dim" in model else ()):
+    if "v_head_dim" in model and "kv_lora_rank" not in model:
+        raise ValueError(f"{name}: v_head_dim is a latent model's field; the row has no kv_lora_rank")
+    for field in ints + tuple(f for f in ("index_head_dim", "v_head_dim") if f in model):
         value = model[field]["value"]
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{name}: {field} must be a positive int, got {value!r}")

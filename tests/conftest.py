@@ -98,6 +98,21 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.xdist_group(group))
 
 
+def pytest_xdist_node_collection_finished(node, ids):
+    """Under ``--dist loadgroup`` an xdist worker suffixes each grouped test's id
+    with ``@group``, and the scheduler sends a group to one worker by that
+    suffix. If a pytest or xdist release stops doing that, every group is
+    scattered and its session fixtures (the visit of every page, Chromium) are
+    made again on every worker: stop the run with a reason instead."""
+    if node.config.getvalue("dist") != "loadgroup":
+        return
+    grouped = [i for i in ids if pathlib.PurePosixPath(i.split("::")[0]).name in SITE_GROUPS]
+    if grouped and not any("@" in i for i in grouped):
+        raise RuntimeError(
+            f"pytest {pytest.__version__} with this pytest-xdist does not group tests under --dist loadgroup "
+            f"({grouped[0]} has no @group suffix): pin the versions in requirements.txt")
+
+
 def pytest_configure(config):
     """Under xdist each worker gets an equal share of the cores for torch's own
     threads, so two workers on two cores do not each start two threads."""

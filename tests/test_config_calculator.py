@@ -8,7 +8,11 @@ layers) hold after a forward of T tokens, with one named difference: a
 transformers sliding layer keeps W - 1 tokens where the guide counts W; the
 latent cache equals the bytes of the guide's own ``LatentCache``; every row of
 docs/data/models.yaml that a config can describe gives the cache the site's
-table shows; the FLOP counts equal loops over queries and keys written out
+table shows; every row of the page's form census (hooks/config_calculator.py)
+gives numbers, the table's cache and FLOPs summed layer by layer here, except
+the two whose linear-layer sizes the census lacks (Qwen3.5 27B; Kimi Linear,
+whose KDA layers the calculator does not read), which get the named error; the
+FLOP counts equal loops over queries and keys written out
 here; missing or wrong fields are refused by name.
 """
 
@@ -31,6 +35,9 @@ ROOT = Path(__file__).resolve().parents[1]
 spec = importlib.util.spec_from_file_location("models_table_hook", ROOT / "hooks" / "models_table.py")
 hook = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(hook)
+spec = importlib.util.spec_from_file_location("config_calculator_hook", ROOT / "hooks" / "config_calculator.py")
+census_hook = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(census_hook)
 
 SETTINGS = dict(deadline=None, derandomize=True, database=None,
                 suppress_health_check=[HealthCheck.too_slow])
@@ -161,7 +168,7 @@ def config_of(model: dict) -> dict:
     if "kv_lora_rank" in model:
         rope = model["rope_head_dim"]["value"]
         out.update(kv_lora_rank=model["kv_lora_rank"]["value"], qk_rope_head_dim=rope,
-                   qk_nope_head_dim=model["head_dim"]["value"] - rope, v_head_dim=128,
+                   qk_nope_head_dim=model["head_dim"]["value"] - rope, v_head_dim=model["v_head_dim"]["value"],
                    index_head_dim=model.get("index_head_dim", {}).get("value"))
     out.update({f"linear_{f}": 1 for f in ("num_key_heads", "num_value_heads", "key_head_dim",
                                             "value_head_dim", "conv_kernel_dim")})
@@ -182,6 +189,60 @@ def test_every_row_of_the_models_table_gives_the_tables_cache(model):
         ours = cc.cache_from_config(config_of(model), length)
         softmax = sum(ours["bytes"][k] for k in cc.SOFTMAX)  # the table leaves states out
         assert softmax == hook.cache_bytes(model, length), (model["name"], length)
+
+
+# The form's census: each row as hooks/config_calculator.py writes it for the page.
+CENSUS = census_hook.census()
+BY_NAME = {m["name"]: m for m in hook.load_models()}
+LINEAR = sorted(census_hook.LINEAR_FIELDS)
+READ = [e for e in CENSUS if None not in e["config"].values()]
+
+
+def test_only_the_rows_without_linear_sizes_leave_a_field_null():
+    assert [e["name"] for e in CENSUS] == [m["name"] for m in ROWS]
+    nulls = {e["name"]: sorted(k for k, v in e["config"].items() if v is None) for e in CENSUS if e not in READ}
+    assert nulls == {"Qwen3.5 27B": LINEAR, "Kimi Linear 48B-A3B": LINEAR}  # Kimi Linear's are KDA's
+    for entry in CENSUS:
+        if entry not in READ:
+            for call in (cc.cache_from_config, cc.flops_from_config):
+                with pytest.raises(ValueError, match=r"config\['linear_num_key_heads'\] must be an int >= 1, got None"):
+                    call(entry["config"], 8192)
+
+
+def census_decode_by_hand(model: dict, config: dict, t: int) -> int:
+    """FLOPs of the query at position t, summed layer by layer from the row itself."""
+    pattern, heads = model["layer_pattern"]["value"], model["heads"]["value"]
+    d_qk = model["head_dim"]["value"]
+    d_v = model["v_head_dim"]["value"] if "kv_lora_rank" in model else d_qk
+    total = 0
+    for kind in hook.layer_types(model):
+        if kind == "linear_attention":  # read the state, S k, the rank-one write
+            total += 3 * 2 * config["linear_num_value_heads"] * config["linear_key_head_dim"] * config[
+                "linear_value_head_dim"]
+            continue
+        keys = {"full_attention": t, "sliding_attention": min(t, pattern.get("window") or t),
+                "chunked_attention": (t - 1) % (pattern.get("chunk") or 1) + 1}[kind]
+        total += 2 * heads * (d_qk + d_v) * keys
+    return total
+
+
+@pytest.mark.parametrize("entry", READ, ids=[e["name"] for e in READ])
+def test_every_census_row_with_its_fields_gives_the_tables_cache_and_its_flops(entry):
+    model = BY_NAME[entry["name"]]
+    for length in (1, *hook.LENGTHS):
+        ours = cc.cache_from_config(entry["config"], length)
+        assert sum(ours["bytes"][k] for k in cc.SOFTMAX) == hook.cache_bytes(model, length), length
+        flops = cc.flops_from_config(entry["config"], length)
+        assert flops["decode_total"] == census_decode_by_hand(model, entry["config"], length), length
+    if "kv_lora_rank" in model:
+        assert entry["config"]["v_head_dim"] == model["v_head_dim"]["value"]
+
+
+def test_the_latent_census_rows_count_their_value_width():
+    config = CENSUS[[e["name"] for e in CENSUS].index("GLM-5")]["config"]
+    assert (config["qk_nope_head_dim"], config["qk_rope_head_dim"], config["v_head_dim"]) == (192, 64, 256)
+    # 78 layers x 64 heads x 2 (256 + 256) per key read, 32,768 keys for the last query
+    assert cc.flops_from_config(config, 32768)["decode_total"] == 78 * 64 * 2 * 512 * 32768
 
 
 GEMMA3 = {"num_hidden_layers": 62, "num_attention_heads": 32, "num_key_value_heads": 16, "head_dim": 128,

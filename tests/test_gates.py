@@ -11,6 +11,7 @@ are in tests/test_modern_transformers.py.
 from __future__ import annotations
 
 import math
+import types
 
 import pytest
 import torch
@@ -20,6 +21,8 @@ from torch.testing import assert_close
 
 from snippets.modern.modern_block import DecoderAttention
 from snippets.modern.gates_and_caps import OutputGate, SoftCap, softcap, softcap_attention, split_fused_q_gate
+import transformers_support
+from tolerance import assert_within_baseline
 
 
 def qkv(b=2, h=3, n=5, m=7, d=4, dtype=torch.float64, seed=0, spread=1.0):
@@ -283,6 +286,27 @@ def test_softcap_attention_half_precision_within_rounding_of_float64(dtype, spre
     got = softcap_attention(q, k, v, cap=50.0).double()
     rounding = (exact.to(dtype).double() - exact).abs().max()
     assert (got - exact).abs().max() <= 2 * rounding + torch.finfo(dtype).eps
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("spread", [1.0, 300.0])
+def test_softcap_attention_half_precision_within_twice_gemma2s_error(dtype, spread):
+    """Gemma 2's own capped attention (transformers' eager kernel) in the same
+    dtype on the same rounded inputs is the baseline; skipped without the
+    library, except in CI."""
+    if transformers_support.transformers is None and not transformers_support.IN_CI:
+        pytest.skip("transformers is not installed")
+    transformers_support.require_transformers()
+    from transformers.models.gemma2.modeling_gemma2 import eager_attention_forward
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 3, 5, 16, generator=g) * s for s in (spread, spread, 1.0))
+    q, k, v = q.to(dtype), k.to(dtype), v.to(dtype)
+    exact = softcap_attention(q.double(), k.double(), v.double(), cap=50.0)
+    got = softcap_attention(q, k, v, cap=50.0)
+    module = types.SimpleNamespace(num_key_value_groups=1, training=False, head_dim=16)
+    baseline, _ = eager_attention_forward(module, q, k, v, None, scaling=16 ** -0.5, softcap=50.0)
+    ratio = assert_within_baseline(got, baseline.transpose(1, 2), exact)
+    print(f"softcap {dtype} spread {spread}: ratio {ratio:.3g}")
 
 
 def test_the_cap_bounds_each_logit_but_not_the_weight_ratio():

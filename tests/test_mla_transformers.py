@@ -29,6 +29,7 @@ from torch.testing import assert_close
 from snippets.modern.layer_patterns import layer_mask, periodic_layer_types, rope_layers
 from snippets.modern.latent_attention import LatentCache, MultiHeadLatentAttention
 
+from tolerance import assert_within_baseline
 from transformers_support import require_transformers, skip_module_without_transformers, transformers
 
 skip_module_without_transformers()
@@ -98,6 +99,30 @@ def test_equals_deepseek_v3_attention_outputs_and_gradients(interleave, q_lora_r
     theirs_grads = {f"{RENAME[k.split('.', 1)[0]]}.{k.split('.', 1)[1]}": p.grad for k, p in theirs.named_parameters()}
     for name, p in ours.named_parameters():
         assert_close(p.grad, theirs_grads[name], rtol=1e-4, atol=1e-5, msg=lambda m, name=name: f"{name}: {m}")
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("absorbed", [False, True])
+def test_half_precision_within_twice_deepseek_v3s_error(dtype, absorbed):
+    """Both modules in the same dtype with the same rounded weights and inputs;
+    the reference is ours in float64 from those rounded weights."""
+    ours, theirs, rotary, _ = deepseek_pair(interleave=True, q_lora_rank=12, bias=True)
+    ours, theirs = ours.to(dtype), theirs.to(dtype)
+    exact = MultiHeadLatentAttention(32, 4, kv_lora_rank=8, q_lora_rank=12, qk_nope_head_dim=6, rope_dim=4,
+                                     v_head_dim=5, rope_interleaved=True, bias=True).double().eval()
+    exact.load_state_dict({k: v.double() for k, v in ours.state_dict().items()})
+    x = (3 * torch.randn(2, 7, 32, generator=torch.Generator().manual_seed(1))).to(dtype)
+    positions = torch.arange(7)[None].expand(2, 7)
+    mask = torch.full((7, 7), float("-inf"), dtype=dtype).triu(1)[None, None]  # additive, in dtype
+    with torch.no_grad():
+        want = exact(x.double(), absorbed=absorbed)
+        got = ours(x, absorbed=absorbed)
+        baseline, _ = theirs(x, rotary(x, positions), mask)
+    assert got.dtype == dtype and torch.isfinite(got).all()
+    base_err = (baseline.double() - want).abs().max()
+    assert base_err <= 0.02 * want.abs().max()  # the baseline computes the same function
+    ratio = assert_within_baseline(got, baseline, want)
+    print(f"latent attention {dtype} absorbed={absorbed}: ratio {ratio:.3g}, baseline error {base_err:.3g}")
 
 
 def test_the_library_caches_the_same_latents():

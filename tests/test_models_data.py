@@ -3,7 +3,9 @@
 Proves: twenty-two models, each field a value with a source the model lists,
 each source complete (repo and file, or arXiv id and place, or library file and
 version), each arXiv id in docs/references.bib; a broken entry is refused with
-a message that names it; the layer patterns built from the data equal the
+a message that names it; every latent-attention row carries its value width
+(``v_head_dim``: 128, or 256 for GLM-5), and a bad one is refused; the layer
+patterns built from the data equal the
 published ``layer_types`` that the transformers configs derive for the same
 models (when the library is installed), DeepSeek-V4's compressed layers
 included; the cache sizes the page shows equal a layer-by-layer sum written out
@@ -107,6 +109,34 @@ def test_an_mla_entry_needs_its_latent_sizes():
 def test_a_broken_new_pattern_is_refused(name, mutate, match):
     model = copy.deepcopy(BY_NAME[name])
     mutate(model["layer_pattern"]["value"])
+    with pytest.raises(ValueError, match=match):
+        hook.check_model(model)
+
+
+VALUE_WIDTHS = {"DeepSeek-V3": 128, "Kimi K2": 128, "DeepSeek-V3.2-Exp": 128, "GLM-5": 256,
+                "Kimi Linear 48B-A3B": 128}  # v_head_dim of each released config.json
+
+
+def test_every_latent_row_carries_its_value_width():
+    assert {m["name"]: m["v_head_dim"]["value"] for m in MODELS if "v_head_dim" in m} == VALUE_WIDTHS
+    assert sorted(VALUE_WIDTHS) == sorted(m["name"] for m in MODELS if m["attention"]["value"] == "MLA")
+    for name in VALUE_WIDTHS:
+        assert BY_NAME[name]["v_head_dim"]["source"] == "config"
+
+
+@pytest.mark.parametrize(
+    "name, mutate, match",
+    [
+        ("DeepSeek-V3", lambda m: m["v_head_dim"].update(value=0), r"v_head_dim must be a positive int, got 0"),
+        ("GLM-5", lambda m: m["v_head_dim"].update(value="256"), r"v_head_dim must be a positive int, got '256'"),
+        ("Kimi K2", lambda m: m["v_head_dim"].pop("source"), r"v_head_dim must be \{value"),
+        ("Gemma 3 27B", lambda m: m.update(v_head_dim={"value": 128, "source": "config"}),
+         r"v_head_dim is a latent model's field"),
+    ],
+)
+def test_a_broken_value_width_is_refused(name, mutate, match):
+    model = copy.deepcopy(BY_NAME[name])
+    mutate(model)
     with pytest.raises(ValueError, match=match):
         hook.check_model(model)
 

@@ -30,6 +30,8 @@ from snippets.modern.modern_block import (
     sdpa_attend,
     swiglu_width,
 )
+import transformers_support
+from tolerance import assert_within_baseline
 
 ROOT = Path(__file__).resolve().parents[1]
 B, N, D, H, H_KV, D_FF = 2, 6, 16, 4, 2, 24
@@ -93,6 +95,27 @@ def test_rmsnorm_half_precision_large_inputs(dtype):
     assert out.dtype == dtype and torch.isfinite(out).all()
     ref = randomised(RMSNorm(16))(x.to(dtype).float())
     assert_close(out.float(), ref, rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_rmsnorm_half_precision_within_twice_llamas_error(dtype):
+    """Hugging Face's LlamaRMSNorm in the same dtype, with the same rounded
+    weight, is the baseline; skipped without the library, except in CI."""
+    if transformers_support.transformers is None and not transformers_support.IN_CI:
+        pytest.skip("transformers is not installed")
+    transformers_support.require_transformers()
+    norm = randomised(RMSNorm(16)).to(dtype)
+    x = shifted_input(4, 16, dtype=torch.float32) * 2e4
+    out = norm(x.to(dtype))
+    from transformers.models.llama.modeling_llama import LlamaRMSNorm
+    theirs = LlamaRMSNorm(16, eps=norm.eps).to(dtype)
+    with torch.no_grad():
+        theirs.weight.copy_(norm.weight)
+    exact = RMSNorm(16).double()
+    with torch.no_grad():
+        exact.weight.copy_(norm.weight.double())
+    ratio = assert_within_baseline(out, theirs(x.to(dtype)), exact(x.to(dtype).double()))
+    print(f"rmsnorm {dtype}: ratio {ratio:.3g}")
 
 
 def test_exercise_rmsnorm_is_layernorm_on_centred_input():

@@ -11,6 +11,8 @@ import torch.nn.functional as F
 from torch.testing import assert_close
 
 from snippets.attention.rotary import RotaryEmbedding, apply_rotary, rotary_tables
+import transformers_support
+from tolerance import assert_within_baseline
 
 SNIPPET = Path(__file__).resolve().parents[1] / "snippets" / "attention" / "rotary.py"
 
@@ -186,6 +188,34 @@ def test_low_precision(dtype, interleaved):
     assert got.dtype == dtype and torch.isfinite(got).all()
     want = apply_rotary(x.to(dtype).float(), cos, sin, interleaved=interleaved)
     assert_close(got.float(), want, atol=1.0, rtol=1e-2)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("interleaved", [True, False])
+def test_low_precision_within_twice_hugging_faces_error(dtype, interleaved):
+    """Hugging Face's RoPE in the same dtype (tables cast to it, as its models
+    do) is the baseline: GPT-J's for interleaved pairs, Llama's for half-split
+    pairs. Skipped without the library, except in CI."""
+    if transformers_support.transformers is None and not transformers_support.IN_CI:
+        pytest.skip("transformers is not installed")
+    transformers_support.require_transformers()
+    x = _x(n=8, dtype=torch.float32) * 1000
+    cos, sin = tables(8, 8)
+    got = apply_rotary(x.to(dtype), cos, sin, interleaved=interleaved)
+    from transformers.models.gptj.modeling_gptj import apply_rotary_pos_emb as gptj_rope
+    from transformers.models.llama.modeling_llama import apply_rotary_pos_emb as llama_rope
+    low = x.to(dtype)
+    exact = apply_rotary(low.double(), cos.double(), sin.double(), interleaved=interleaved)
+    c, s = cos.to(dtype), sin.to(dtype)  # (N, d/2)
+    if interleaved:  # GPT-J takes (B, N, H, d) and tables (B, N, d/2)
+        baseline = gptj_rope(low.transpose(1, 2), s.expand(2, -1, -1), c.expand(2, -1, -1)).transpose(1, 2)
+    else:
+        full = (torch.cat([c, c], -1).expand(2, -1, -1), torch.cat([s, s], -1).expand(2, -1, -1))
+        baseline = llama_rope(low, low, *full)[0]
+    # The baseline itself is right (its layout too): within one ulp of the largest entry.
+    assert (baseline.double() - exact).abs().max() <= torch.finfo(dtype).eps * exact.abs().max()
+    ratio = assert_within_baseline(got, baseline, exact)
+    print(f"rotary {dtype} interleaved={interleaved}: ratio {ratio:.3g}")
 
 
 def test_gradcheck_float64():

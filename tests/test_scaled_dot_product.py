@@ -12,6 +12,7 @@ from torch.testing import assert_close
 
 from huge_scores import assert_matches, expected_output, signed_qk
 from snippets.foundations.scaled_dot_product import causal_mask, scaled_dot_product_attention
+from tolerance import assert_within_baseline
 
 
 def qkv(*lead, n=5, m=7, d=8, dv=6, dtype=torch.float64, seed=0):
@@ -180,6 +181,11 @@ def test_large_logits_stay_finite(dtype):
     assert torch.isfinite(out).all() and torch.isfinite(weights).all()
     reference, _ = scaled_dot_product_attention(q.double(), k.double(), v.double(), mask)
     assert_close(out.double(), reference, atol=0.05, rtol=0.05)
+    # PyTorch's SDPA on the same rounded inputs; at these logits the softmax is
+    # one-hot and SDPA may be exact, hence one ulp of slack.
+    baseline = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    ratio = assert_within_baseline(out, baseline, reference, slack=1.0)
+    print(f"large logits {dtype}: ratio {ratio:.3g}")
 
 
 @pytest.mark.parametrize("kind", ["bool", "float", "causal"])
@@ -208,11 +214,22 @@ def test_masked_keys_stay_out_at_huge_scores(kind):
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-def test_half_precision_close_to_float32(dtype):
-    q, k, v = qkv(2, 3, dtype=torch.float32)
+@pytest.mark.parametrize("n, m, d, dv, spread", [(5, 7, 8, 6, 1.0), (16, 24, 32, 16, 3.0)])
+def test_half_precision_close_to_float32(dtype, n, m, d, dv, spread):
+    # The second size has scores of several units: rounding them to the input's
+    # dtype (a softmax without its float32 upcast) shows there, not at the first.
+    q, k, v = qkv(2, 3, n=n, m=m, d=d, dv=dv, dtype=torch.float32)
+    q, k = q * spread, k * spread
     out, _ = scaled_dot_product_attention(q.to(dtype), k.to(dtype), v.to(dtype), is_causal=True)
-    ref, _ = scaled_dot_product_attention(q, k, v, is_causal=True)
-    assert_close(out.float(), ref, atol=2e-2, rtol=2e-2)
+    if spread == 1.0:  # the float32 reference sees unrounded inputs: only at spread 1
+        ref, _ = scaled_dot_product_attention(q, k, v, is_causal=True)
+        assert_close(out.float(), ref, atol=2e-2, rtol=2e-2)
+    low = tuple(t.to(dtype) for t in (q, k, v))
+    allowed = causal_mask(q.shape[-2], k.shape[-2])  # lower right, as the snippet (N != M)
+    exact = F.scaled_dot_product_attention(*(t.double() for t in low), attn_mask=allowed)
+    baseline = F.scaled_dot_product_attention(*low, attn_mask=allowed)
+    ratio = assert_within_baseline(out, baseline, exact)
+    print(f"half precision {dtype} N={n} spread={spread}: ratio {ratio:.3g}")
 
 
 def test_gradcheck_float64():

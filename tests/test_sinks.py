@@ -28,6 +28,7 @@ from snippets.modern.attention_sinks import (
     sink_window_mask,
     streaming_attention,
 )
+from tolerance import assert_within_baseline
 
 
 def qkv(b=2, h=3, n=5, m=7, d=4, dtype=torch.float64, seed=0, spread=1.0):
@@ -36,6 +37,18 @@ def qkv(b=2, h=3, n=5, m=7, d=4, dtype=torch.float64, seed=0, spread=1.0):
     k = torch.randn(b, h, m, d, generator=g, dtype=dtype) * spread
     v = torch.randn(b, h, m, d, generator=g, dtype=dtype)
     return q, k, v
+
+
+def sdpa_with_sink(q, k, v, sinks, mask):
+    """PyTorch's SDPA with the sink as one more key: a zero key whose float-mask
+    bias is the sink logit, and a zero value, all in q's dtype."""
+    b, h, n, _ = q.shape
+    k = torch.cat([k, k.new_zeros(b, h, 1, k.shape[-1])], dim=-2)  # (B, H, M+1, d)
+    v = torch.cat([v, v.new_zeros(b, h, 1, v.shape[-1])], dim=-2)  # (B, H, M+1, d_v)
+    bias = torch.zeros(mask.shape, dtype=q.dtype).masked_fill(~mask, float("-inf"))
+    sink = sinks.to(q.dtype).view(h, 1, 1).expand(h, n, 1)  # (H, N, 1)
+    bias = torch.cat([bias.expand(h, n, -1), sink], dim=-1)  # (H, N, M+1)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
 
 
 def random_mask(n, m, seed=1, keep_first=True):
@@ -100,13 +113,21 @@ def test_sink_gradcheck():
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-def test_sink_half_precision_large_logits(dtype):
-    q, k, v = qkv(dtype=torch.float32, spread=60.0)  # scores in the thousands
+@pytest.mark.parametrize("spread", [60.0, 2.0])  # scores in the thousands; of a few units
+def test_sink_half_precision_large_logits(dtype, spread):
+    q, k, v = qkv(dtype=torch.float32, spread=spread)
     sinks = torch.tensor([5.0, 0.0, -5.0])
     out = sink_attention(q.to(dtype), k.to(dtype), v.to(dtype), sinks.to(dtype), attn_mask=random_mask(5, 7))
     assert out.dtype == dtype and torch.isfinite(out).all()
     ref = sink_attention(q.to(dtype).float(), k.to(dtype).float(), v.to(dtype).float(), sinks, attn_mask=random_mask(5, 7))
     assert_close(out.float(), ref, rtol=3e-2, atol=3e-2)
+    low = tuple(t.to(dtype) for t in (q, k, v, sinks))
+    exact = sink_attention(*(t.double() for t in low), attn_mask=random_mask(5, 7))
+    baseline = sdpa_with_sink(*low, random_mask(5, 7))
+    assert_close(sdpa_with_sink(*(t.double() for t in low), random_mask(5, 7)), exact)  # same math
+    # One ulp of slack at spread 60 only: the rows are one-hot and SDPA may be exact.
+    ratio = assert_within_baseline(out, baseline, exact, slack=1.0 if spread > 10 else 0.0)
+    print(f"sinks {dtype} spread {spread}: ratio {ratio:.3g}")
 
 
 def test_learned_sinks_plug_into_decoder_attention():
