@@ -106,7 +106,10 @@ def pytest_xdist_node_collection_finished(node, ids):
     made again on every worker: stop the run with a reason instead."""
     if node.config.getvalue("dist") != "loadgroup":
         return
-    grouped = [i for i in ids if pathlib.PurePosixPath(i.split("::")[0]).name in SITE_GROUPS]
+    # Files whose every test is marked site or browser (module-level pytestmark).
+    whole = {"test_browser.py", "test_site.py", "test_properdocs.py", "test_calculator_browser.py",
+             "test_which_kernel_browser.py"}
+    grouped = [i for i in ids if pathlib.PurePosixPath(i.split("::")[0]).name in whole]
     if grouped and not any("@" in i for i in grouped):
         raise RuntimeError(
             f"pytest {pytest.__version__} with this pytest-xdist does not group tests under --dist loadgroup "
