@@ -88,6 +88,25 @@ SITE_GROUPS = {
 }
 
 
+@pytest.fixture(scope="session")
+def site_dir(request) -> pathlib.Path:
+    """The built site the browser tests read: ``FIELD_GUIDE_BUILT_SITE`` when it
+    is set (an existing build), else this run's cold build."""
+    override = os.environ.get("FIELD_GUIDE_BUILT_SITE")
+    if override:
+        return pathlib.Path(override)
+    return request.getfixturevalue("built_site").path
+
+
+@pytest.fixture(scope="session")
+def base_url(site_dir) -> str:
+    """``site_dir`` served over HTTP on this machine, for the session."""
+    import browser_support as bs
+
+    with bs.serve(site_dir) as url:
+        yield url
+
+
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
 def pytest_collection_modifyitems(config, items):
     """Each test that reads the built site joins its file's group (SITE_GROUPS,

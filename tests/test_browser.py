@@ -64,24 +64,10 @@ SEARCHES = {
 # Fixtures: the site, a server, one browser
 # ----------------------------------------------------------------------------
 @pytest.fixture(scope="session")
-def site_dir(request) -> pathlib.Path:
-    override = os.environ.get("FIELD_GUIDE_BUILT_SITE")
-    if override:
-        return pathlib.Path(override)
-    return request.getfixturevalue("built_site").path
-
-
-@pytest.fixture(scope="session")
 def example_cache(request) -> pathlib.Path:
     if os.environ.get("FIELD_GUIDE_BUILT_SITE"):
         return pathlib.Path(os.environ.get("FIELD_GUIDE_EXAMPLE_CACHE", bs.ROOT / ".cache" / "examples"))
     return request.getfixturevalue("built_site").cache
-
-
-@pytest.fixture(scope="session")
-def base_url(site_dir) -> str:
-    with bs.serve(site_dir) as url:
-        yield url
 
 
 # `browser`, one headless Chromium for the whole session, is in conftest.py.

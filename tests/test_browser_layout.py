@@ -77,22 +77,14 @@ MEASURE = r"""
 
 
 @pytest.fixture(scope="session")
-def layout_site(request) -> pathlib.Path:
-    override = os.environ.get("FIELD_GUIDE_BUILT_SITE")
-    if override:
-        return pathlib.Path(override)
-    return request.getfixturevalue("built_site").path
-
-
-@pytest.fixture(scope="session")
-def layout_reports(browser, layout_site) -> dict[str, dict]:
+def layout_reports(browser, site_dir) -> dict[str, dict]:
     """Page URL path -> what MEASURE found there, for every built page."""
-    pages = bs.built_pages(layout_site)
+    pages = bs.built_pages(site_dir)
     wanted = [p.strip() for p in os.environ.get("FIELD_GUIDE_LAYOUT_PAGES", "").split(",") if p.strip()]
     if wanted:
         pages = [p for p in pages if p in wanted]
     reports = {}
-    with bs.serve(layout_site) as base_url:
+    with bs.serve(site_dir) as base_url:
         context = browser.new_context(viewport=DESKTOP)
         try:
             page = context.new_page()
@@ -146,10 +138,10 @@ def test_every_table_of_contents_entry_leads_somewhere(layout_reports):
 
 
 @pytest.mark.browser
-def test_every_page_was_measured(layout_reports, layout_site):
+def test_every_page_was_measured(layout_reports, site_dir):
     if os.environ.get("FIELD_GUIDE_LAYOUT_PAGES"):
         pytest.skip("FIELD_GUIDE_LAYOUT_PAGES narrows the pages")
-    assert set(layout_reports) == set(bs.built_pages(layout_site))
+    assert set(layout_reports) == set(bs.built_pages(site_dir))
 
 
 def test_example_toc_follows_headings_with_inline_code():

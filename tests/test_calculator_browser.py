@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import pathlib
 import random
 
@@ -218,24 +217,12 @@ def edge_cases() -> list[dict]:
 # Fixtures: the built site, served and read from the disk; the session's Chromium
 # ----------------------------------------------------------------------------
 @pytest.fixture(scope="module")
-def site(request) -> pathlib.Path:
-    override = os.environ.get("FIELD_GUIDE_BUILT_SITE")
-    return pathlib.Path(override) if override else request.getfixturevalue("built_site").path
-
-
-@pytest.fixture(scope="module")
-def url(site):
-    with bs.serve(site) as base:
-        yield base
-
-
-@pytest.fixture(scope="module")
-def calculator(browser, url):
+def calculator(browser, base_url):
     """The models page, served over HTTP, with the form started."""
     from test_browser import DESKTOP, new_page, open_page
 
     context, page, guard = new_page(browser, viewport=DESKTOP)
-    open_page(page, url + PAGE)
+    open_page(page, base_url + PAGE)
     page.wait_for_function(READY)
     yield page, guard
     context.close()
@@ -354,12 +341,12 @@ def test_bad_json_and_a_missing_field_show_their_errors(calculator):
     form.locator("[data-role=tokens]").fill("32768")
 
 
-def test_the_form_works_from_the_file_system(browser, site):
+def test_the_form_works_from_the_file_system(browser, site_dir):
     from test_browser import new_page
 
     context, page, guard = new_page(browser, allow_file=True)
     try:
-        page.goto((site / PAGE / "index.html").as_uri(), wait_until="load")
+        page.goto((site_dir / PAGE / "index.html").as_uri(), wait_until="load")
         page.wait_for_function(READY)
         form = page.locator("form.fg-calc")
         default = json.loads(form.locator("[data-role=config]").input_value())
@@ -375,16 +362,16 @@ def test_the_form_works_from_the_file_system(browser, site):
         context.close()
 
 
-def test_after_instant_navigation(browser, url):
+def test_after_instant_navigation(browser, base_url):
     """Material swaps the page in place: the form still starts (document$)."""
     from test_browser import DESKTOP, new_page, open_page
 
     context, page, guard = new_page(browser, viewport=DESKTOP)
     try:
-        open_page(page, url + "modern/local-global/")
+        open_page(page, base_url + "modern/local-global/")
         page.evaluate("window.__sameDocument = true")
         page.locator('.md-content a[href$="models/"]').first.click()
-        page.wait_for_url(url + PAGE + "**")
+        page.wait_for_url(base_url + PAGE + "**")
         page.wait_for_function(READY)
         assert page.evaluate("window.__sameDocument === true"), "instant navigation is off: the test checks nothing"
         assert read_output(page)["total"] == 4096 * (10 * 32768 + 52 * 1024) * 2
@@ -396,14 +383,14 @@ def test_after_instant_navigation(browser, url):
 SCRIPT_BUDGET, CENSUS_BUDGET = 16_000, 8_000  # bytes, uncompressed, on the one page that loads them
 
 
-def test_page_weight(site):
-    script = (site / "javascripts" / "config_calculator.js").stat().st_size
-    html = (site / PAGE / "index.html").read_text(encoding="utf-8")
+def test_page_weight(site_dir):
+    script = (site_dir / "javascripts" / "config_calculator.js").stat().st_size
+    html = (site_dir / PAGE / "index.html").read_text(encoding="utf-8")
     start = html.index('<script type="application/json" class="fg-calc-census">')
     census = html.index("</script>", start) - start
     print(f"\ncalculator: script {script / 1e3:.1f} kB, census {census / 1e3:.1f} kB")
     assert script <= SCRIPT_BUDGET and census <= CENSUS_BUDGET, (script, census)
     assert "config_calculator.js" in html
-    loaders = [p.parent.relative_to(site).as_posix() for p in site.rglob("index.html")
+    loaders = [p.parent.relative_to(site_dir).as_posix() for p in site_dir.rglob("index.html")
                if "config_calculator.js" in p.read_text(encoding="utf-8")]
     assert loaders == [PAGE.strip("/")], f"pages that load the calculator's script: {loaders}"

@@ -17,7 +17,6 @@ from __future__ import annotations
 import base64
 import importlib.util
 import math
-import os
 import pathlib
 import re
 
@@ -154,18 +153,6 @@ def test_export_holds_the_models_queries_and_keys(trained):
 # In the browser
 # ----------------------------------------------------------------------------
 @pytest.fixture(scope="module")
-def site(request) -> pathlib.Path:
-    override = os.environ.get("FIELD_GUIDE_BUILT_SITE")
-    return pathlib.Path(override) if override else request.getfixturevalue("built_site").path
-
-
-@pytest.fixture(scope="module")
-def url(site):
-    with bs.serve(site) as base:
-        yield base
-
-
-@pytest.fixture(scope="module")
 def chromium(browser):
     """The session's one Chromium (conftest.py): Playwright's sync API allows
     one instance per thread."""
@@ -240,13 +227,13 @@ CASES = [  # sentence, layer, causal, window, padding
 
 
 @pytest.mark.browser
-def test_page_weights_equal_the_models(chromium, url, site, trained):
-    data = hook.read_data_script((site / hook.DATA_URI).read_text(encoding="utf-8"))
+def test_page_weights_equal_the_models(chromium, base_url, site_dir, trained):
+    data = hook.read_data_script((site_dir / hook.DATA_URI).read_text(encoding="utf-8"))
     assert data == hook.export(trained), (
         "the site's exported queries and keys differ from the model trained here "
         "(a site built from other code, or training that is not deterministic)"
     )
-    context, page, guard = _open(chromium, url + EXPLORER)
+    context, page, guard = _open(chromium, base_url + EXPLORER)
     try:
         page.wait_for_function(READY)
         _choose(page, "head", "all")
@@ -307,10 +294,10 @@ def test_selection_reference_equals_the_snippets(trained):
 
 
 @pytest.mark.browser
-def test_page_selection_equals_the_snippets(chromium, url, site, trained):
-    data = hook.read_data_script((site / hook.DATA_URI).read_text(encoding="utf-8"))
+def test_page_selection_equals_the_snippets(chromium, base_url, site_dir, trained):
+    data = hook.read_data_script((site_dir / hook.DATA_URI).read_text(encoding="utf-8"))
     assert data == hook.export(trained)
-    context, page, guard = _open(chromium, url + EXPLORER)
+    context, page, guard = _open(chromium, base_url + EXPLORER)
     try:
         page.wait_for_function(READY)
         _choose(page, "head", "all")
@@ -341,8 +328,8 @@ def test_page_selection_equals_the_snippets(chromium, url, site, trained):
 
 
 @pytest.mark.browser
-def test_explorer_reacts_to_pointer_and_keyboard(chromium, url):
-    context, page, guard = _open(chromium, url + EXPLORER)
+def test_explorer_reacts_to_pointer_and_keyboard(chromium, base_url):
+    context, page, guard = _open(chromium, base_url + EXPLORER)
     try:
         page.wait_for_function(READY)
         tokens = page.locator(".fg-explorer__token")
@@ -400,10 +387,10 @@ def test_explorer_reacts_to_pointer_and_keyboard(chromium, url):
 
 
 @pytest.mark.browser
-def test_explorer_in_the_dark_palette_and_on_a_phone(chromium, url):
+def test_explorer_in_the_dark_palette_and_on_a_phone(chromium, base_url):
     from test_browser import OVERFLOW_JS, PHONE
 
-    context, page, guard = _open(chromium, url + EXPLORER, scheme="dark", viewport=PHONE)
+    context, page, guard = _open(chromium, base_url + EXPLORER, scheme="dark", viewport=PHONE)
     try:
         page.wait_for_function(READY)
         assert page.evaluate("document.body.getAttribute('data-md-color-scheme')") == "slate"
@@ -431,8 +418,8 @@ def test_explorer_in_the_dark_palette_and_on_a_phone(chromium, url):
 @pytest.mark.browser
 @pytest.mark.parametrize("path, own", [(EXPLORER, ("explorer.js", "tiny-gpt.js", "explorer.css")),
                                        (PLAYGROUND, ("explorer.js", "explorer.css"))])
-def test_widget_script_and_data_budget(chromium, url, pages_loading_explorer, path, own):
-    context, page, guard = _open(chromium, url + path)
+def test_widget_script_and_data_budget(chromium, base_url, pages_loading_explorer, path, own):
+    context, page, guard = _open(chromium, base_url + path)
     try:
         loaded = {u.rsplit("/", 1)[-1]: size for u, size in guard.raw_bytes.items()}
         assert set(own) <= set(loaded), f"{path} did not load {own}: {sorted(loaded)}"
@@ -445,25 +432,25 @@ def test_widget_script_and_data_budget(chromium, url, pages_loading_explorer, pa
 
 
 @pytest.fixture(scope="module")
-def pages_loading_explorer(site) -> set[str]:
+def pages_loading_explorer(site_dir) -> set[str]:
     """The built pages that load the explorer's script: only those that use it."""
     found = set()
-    for html in site.rglob("*.html"):
+    for html in site_dir.rglob("*.html"):
         if "javascripts/explorer.js" in html.read_text(encoding="utf-8"):
-            rel = html.relative_to(site).as_posix()
+            rel = html.relative_to(site_dir).as_posix()
             found.add(rel[: -len("index.html")] if rel.endswith("index.html") else rel)
     return found
 
 
 @pytest.mark.browser
-def test_explorer_after_instant_navigation(chromium, url):
-    context, page, guard = _open(chromium, url + PLAYGROUND)
+def test_explorer_after_instant_navigation(chromium, base_url):
+    context, page, guard = _open(chromium, base_url + PLAYGROUND)
     try:
         page.wait_for_function("() => document.querySelector('.fg-softmax-playground[data-fg-ready]') !== null")
         page.evaluate("window.__sameDocument = true")
         page.locator('.md-content a[href$="explorer/"]').first.click()
         # the explorer may add a section's fragment to its address once it loads
-        page.wait_for_url(re.compile(re.escape(url + EXPLORER) + r"(#[\w-]*)?$"))
+        page.wait_for_url(re.compile(re.escape(base_url + EXPLORER) + r"(#[\w-]*)?$"))
         page.wait_for_function(READY)
         assert page.evaluate("window.__sameDocument === true"), "instant navigation is off: the test checks nothing"
         page.locator(".fg-explorer__token").nth(3).hover()
@@ -493,8 +480,8 @@ def _expected(scores: list[float], alpha: float) -> tuple[torch.Tensor, float]:
 
 
 @pytest.mark.browser
-def test_playground_softmax_equals_torch(chromium, url):
-    context, page, guard = _open(chromium, url + PLAYGROUND)
+def test_playground_softmax_equals_torch(chromium, base_url):
+    context, page, guard = _open(chromium, base_url + PLAYGROUND)
     try:
         page.wait_for_function("() => document.querySelector('.fg-softmax-playground[data-fg-ready]') !== null")
         inputs = page.locator(".fg-softmax-playground input[data-role=score]")

@@ -42,13 +42,6 @@ def built_page(site: pathlib.Path, md: pathlib.Path) -> pathlib.Path:
     return site / "index.html" if rel.as_posix() == "index" else site / rel / "index.html"
 
 
-@pytest.fixture(scope="session")
-def site_path(request) -> pathlib.Path:
-    """The shared cold build, or ``FIELD_GUIDE_BUILT_SITE`` (as in test_browser.py)."""
-    override = os.environ.get("FIELD_GUIDE_BUILT_SITE")
-    return pathlib.Path(override) if override else request.getfixturevalue("built_site").path
-
-
 def _attr(tag: str, name: str) -> str | None:
     found = re.search(rf'\b{name}="([^"]*)"', tag)
     return html.unescape(found.group(1)) if found else None
@@ -56,8 +49,8 @@ def _attr(tag: str, name: str) -> str | None:
 
 @pytest.mark.site
 @pytest.mark.parametrize("md", TEACHING, ids=lambda p: p.relative_to(DOCS).as_posix())
-def test_every_teaching_page_shows_a_drawn_figure_in_both_palettes(site_path, md):
-    page = built_page(site_path, md)
+def test_every_teaching_page_shows_a_drawn_figure_in_both_palettes(site_dir, md):
+    page = built_page(site_dir, md)
     drawn = [tag for tag in IMG.findall(page.read_text(encoding="utf-8")) if "fg-drawn" in (_attr(tag, "class") or "")]
     assert drawn, f"{md.relative_to(DOCS)} shows no figure drawn by hooks/figures.py"
     palettes = {}
@@ -76,10 +69,10 @@ def test_every_teaching_page_shows_a_drawn_figure_in_both_palettes(site_path, md
 
 
 @pytest.mark.site
-def test_figures_are_drawn_in_each_palettes_ink(site_path):
+def test_figures_are_drawn_in_each_palettes_ink(site_dir):
     """The dark copy is not the light one: its text is light, the light copy's dark."""
-    light = site_path / "figures" / "foundations" / "mask_kinds-light.svg"
-    dark = site_path / "figures" / "foundations" / "mask_kinds-dark.svg"
+    light = site_dir / "figures" / "foundations" / "mask_kinds-light.svg"
+    dark = site_dir / "figures" / "foundations" / "mask_kinds-dark.svg"
     sys.path.insert(0, str(DOCS / "figures"))
     try:
         from _style import COLOURS

@@ -16,7 +16,6 @@ controls with Playwright's clicks and typing, one page is read from
 from __future__ import annotations
 
 import json
-import os
 import pathlib
 import random
 
@@ -121,18 +120,6 @@ def form_cases(controls: dict, count: int = SAMPLE, seed: int = 0) -> list[dict]
 # ----------------------------------------------------------------------------
 # The page
 # ----------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def site_dir(request) -> pathlib.Path:
-    override = os.environ.get("FIELD_GUIDE_BUILT_SITE")
-    return pathlib.Path(override) if override else request.getfixturevalue("built_site").path
-
-
-@pytest.fixture(scope="module")
-def url(site_dir):
-    with bs.serve(site_dir) as base:
-        yield base
-
-
 def _open(browser, address: str, **options):
     from test_browser import new_page
 
@@ -168,8 +155,8 @@ RUN_JS = """(cases) => {
 }"""
 
 
-def test_form_equals_choose_backend_on_a_seeded_sample(browser, url):
-    context, page, guard = _open(browser, url + PAGE)
+def test_form_equals_choose_backend_on_a_seeded_sample(browser, base_url):
+    context, page, guard = _open(browser, base_url + PAGE)
     try:
         controls = page.evaluate(CONTROLS_JS)
         numbers = sorted(k for k, v in controls.items() if v == "number")
@@ -216,11 +203,11 @@ def test_form_equals_choose_backend_on_a_seeded_sample(browser, url):
         context.close()
 
 
-def test_one_case_through_the_visible_form(browser, url):
+def test_one_case_through_the_visible_form(browser, base_url):
     """A float32 call with a boolean mask on an A100, set with clicks and typing:
     the page shows the efficient kernel, each refusal in the Python's words, and
     the route of nn.MultiheadAttention."""
-    context, page, guard = _open(browser, url + PAGE)
+    context, page, guard = _open(browser, base_url + PAGE)
     try:
         form = page.locator(".fg-which-kernel")
         form.locator("select[data-key=machine]").select_option("8.0")
@@ -257,12 +244,12 @@ def test_one_case_through_the_visible_form(browser, url):
         context.close()
 
 
-def test_form_on_a_phone_in_the_dark_palette(browser, url):
+def test_form_on_a_phone_in_the_dark_palette(browser, base_url):
     """The longest source name (flash's sm86 training rule) wraps inside a
     phone's width."""
     from test_browser import OVERFLOW_JS, PHONE
 
-    context, page, guard = _open(browser, url + PAGE, scheme="dark", viewport=PHONE)
+    context, page, guard = _open(browser, base_url + PAGE, scheme="dark", viewport=PHONE)
     try:
         form = page.locator(".fg-which-kernel")
         form.locator("select[data-key=machine]").select_option("8.6")
@@ -277,17 +264,17 @@ def test_form_on_a_phone_in_the_dark_palette(browser, url):
         context.close()
 
 
-def test_form_after_instant_navigation(browser, url):
+def test_form_after_instant_navigation(browser, base_url):
     """Material swaps the page in place; the script the hook put in the content
     runs again and starts the form."""
     from test_browser import new_page, open_page
 
     context, page, guard = new_page(browser)
     try:
-        open_page(page, url + "efficiency/backends/")
+        open_page(page, base_url + "efficiency/backends/")
         page.evaluate("window.__sameDocument = true")
         page.locator('.md-sidebar--primary a[href$="which-kernel/"]').first.click()
-        page.wait_for_url(url + PAGE)
+        page.wait_for_url(base_url + PAGE)
         page.wait_for_function(READY)
         assert page.evaluate("window.__sameDocument === true"), "instant navigation is off"
         page.locator(".fg-which-kernel select[data-key=machine]").select_option("8.0")
@@ -322,8 +309,8 @@ def test_form_works_from_the_file_system(browser, site_dir):
         context.close()
 
 
-def test_form_script_and_style_budget(browser, url, site_dir):
-    context, page, guard = _open(browser, url + PAGE)
+def test_form_script_and_style_budget(browser, base_url, site_dir):
+    context, page, guard = _open(browser, base_url + PAGE)
     try:
         loaded = {u.rsplit("/", 1)[-1]: size for u, size in guard.raw_bytes.items()}
         assert set(OWN) <= set(loaded), sorted(loaded)

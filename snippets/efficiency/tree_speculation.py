@@ -202,6 +202,15 @@ def tree_position_ids(parents: torch.Tensor, n_prefix: int) -> torch.Tensor:
 
 
 @torch.no_grad()
+def _tree_pass(target, prefix: torch.Tensor, tree_tokens: torch.Tensor,
+               parents: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The target's one pass over the prefix and every tree node, under the tree
+    mask and positions: ``tokens (1, N0 + n)`` and ``logits (1, N0 + n, V)``."""
+    mask = tree_mask(parents, prefix.shape[1])  # (N0 + n, N0 + n)
+    tokens = torch.cat([prefix, tree_tokens.to(prefix)[None]], dim=1)  # (1, N0 + n)
+    return tokens, target(tokens, tree_positions(mask), mask)
+
+
 def tree_verify(
     target: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor],
     prefix: torch.Tensor,
@@ -231,9 +240,7 @@ def tree_verify(
     """
     _check_tree_verify(target, prefix, tree_tokens, parents)
     n0 = prefix.shape[1]
-    mask = tree_mask(parents, n0)  # (N0 + n, N0 + n)
-    tokens = torch.cat([prefix, tree_tokens.to(prefix)[None]], dim=1)  # (1, N0 + n)
-    logits = target(tokens, tree_positions(mask), mask)  # one pass: (1, N0 + n, V)
+    tokens, logits = _tree_pass(target, prefix, tree_tokens, parents)
     choice = logits[0, n0 - 1 :].argmax(-1).to(tokens.device)  # (n + 1,)
     path, last = tree_walk(choice, tokens[0, n0:], parents.to(tokens.device))
     accepted = torch.tensor(path, dtype=torch.long, device=tokens.device)  # (a,)
@@ -300,9 +307,7 @@ def tree_verify_sampled(
     """
     _check_tree_sampled(target, prefix, tree_tokens, parents, q)
     n0 = prefix.shape[1]
-    mask = tree_mask(parents, n0)  # (N0 + n, N0 + n)
-    tokens = torch.cat([prefix, tree_tokens.to(prefix)[None]], dim=1)  # (1, N0 + n)
-    logits = target(tokens, tree_positions(mask), mask)  # one pass: (1, N0 + n, V)
+    tokens, logits = _tree_pass(target, prefix, tree_tokens, parents)
     p = torch.softmax(logits[0, n0 - 1 :].double(), dim=-1)  # (n + 1, V)
     dev = p.device
     u = torch.rand(len(parents), generator=generator, dtype=p.dtype, device=dev)
