@@ -187,7 +187,7 @@ def _cache_key(root: pathlib.Path) -> str:
 
 
 def _cache_dir(root: pathlib.Path) -> pathlib.Path:
-    return pathlib.Path(os.environ.get("FIELD_GUIDE_EXAMPLE_CACHE", root / ".cache" / "examples")) / "explorer"
+    return closure.cache_root(root) / "explorer"
 
 
 def build_data(root: pathlib.Path) -> pathlib.Path:

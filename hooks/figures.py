@@ -187,8 +187,7 @@ def render_script(script: pathlib.Path, target: pathlib.Path) -> list[str]:
 def _cache_dir(root: pathlib.Path) -> pathlib.Path:
     if os.environ.get("FIELD_GUIDE_FIGURE_CACHE"):
         return pathlib.Path(os.environ["FIELD_GUIDE_FIGURE_CACHE"])
-    examples = pathlib.Path(os.environ.get("FIELD_GUIDE_EXAMPLE_CACHE", root / ".cache" / "examples"))
-    return examples / "figures"
+    return closure.cache_root(root) / "figures"
 
 
 def render_all(docs_dir: pathlib.Path, root: pathlib.Path) -> dict[str, pathlib.Path]:

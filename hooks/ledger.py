@@ -9,7 +9,8 @@ thread that starts with the build, and renders what they measured:
   links to the teaching page and the test.
 * Measurements are kept per identities file (``ledger/`` in
   ``$FIELD_GUIDE_EXAMPLE_CACHE`` or ``.cache/examples``), keyed by the bytes of
-  that file and of every project file it imports, directly or through others,
+  that file and of every project file it imports, directly or through others
+  (``hooks/field_guide_hooks/closure.py``, shared with the other caches),
   plus ``docs/data/`` and the torch and transformers versions: a build after an edit re-measures
   only the files the edit can change, and a second build of the same sources
   (ProperDocs, the offline build) measures nothing again.
@@ -21,7 +22,6 @@ thread that starts with the build, and renders what they measured:
 
 from __future__ import annotations
 
-import ast
 import dataclasses
 import hashlib
 import importlib.metadata
@@ -35,6 +35,12 @@ import sys
 import threading
 
 from mkdocs.exceptions import PluginError
+
+# MkDocs loads hooks by path: the shared rooms live in a package next to this file.
+if str(pathlib.Path(__file__).resolve().parent) not in sys.path:
+    sys.path.append(str(pathlib.Path(__file__).resolve().parent))
+
+from field_guide_hooks import closure  # noqa: E402
 
 log = logging.getLogger("mkdocs.hooks.ledger")
 
@@ -50,44 +56,10 @@ AREA_TITLES = {
 _state: dict = {}
 
 
-def _module_file(name: str, importer: pathlib.Path, level: int) -> pathlib.Path | None:
-    """The project file behind an import, or None for anything outside the project."""
-    if level:  # relative: only tests/identities uses these
-        base = importer.parent
-        for _ in range(level - 1):
-            base = base.parent
-        parts = [base, *name.split(".")] if name else [base]
-        candidates = [pathlib.Path(*parts).with_suffix(".py"), pathlib.Path(*parts) / "__init__.py"]
-    else:
-        parts = name.split(".")
-        roots = [ROOT, ROOT / "tests"]
-        candidates = [r.joinpath(*parts).with_suffix(".py") for r in roots]
-        candidates += [r.joinpath(*parts) / "__init__.py" for r in roots]
-    return next((c for c in candidates if c.is_file()), None)
-
-
 def _closure(path: pathlib.Path) -> list[pathlib.Path]:
     """``path`` and every project file it imports, at any depth (imports inside
     functions count)."""
-    seen, todo = set(), [path]
-    while todo:
-        current = todo.pop()
-        if current in seen:
-            continue
-        seen.add(current)
-        for node in ast.walk(ast.parse(current.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.Import):
-                names = [(a.name, 0) for a in node.names]
-            elif isinstance(node, ast.ImportFrom):
-                base = node.module or ""
-                names = [(base, node.level)] + [(f"{base}.{a.name}".strip("."), node.level) for a in node.names]
-            else:
-                continue
-            for name, level in names:
-                found = _module_file(name, current, level)
-                if found is not None:
-                    todo.append(found)
-    return sorted(seen)
+    return sorted([path, *closure.local_dependencies(path, [ROOT, ROOT / "tests"])])
 
 
 def _fingerprint(path: pathlib.Path, versions: str) -> str:
@@ -111,8 +83,7 @@ def _versions() -> str:
 
 
 def _cache_dir() -> pathlib.Path:
-    root = os.environ.get("FIELD_GUIDE_EXAMPLE_CACHE", ROOT / ".cache" / "examples")
-    return pathlib.Path(root) / "ledger"
+    return closure.cache_root(ROOT) / "ledger"
 
 
 def _measure_file(identities, path: pathlib.Path, keys: list[str], versions: str) -> dict:

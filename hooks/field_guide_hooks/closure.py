@@ -1,45 +1,68 @@
-"""The local code a source file depends on, and the cache key built from it.
+"""The local code a source file depends on, the cache key built from it, and
+where the caches live.
 
-Three hooks cache what they build: the executed examples (``examples.py``), the
-teaching pages' figures (``figures.py``) and the explorer's trained model
-(``explorer.py``). Each result depends on one source file, every local module
-it imports (transitively, package ``__init__`` files included) and, for the
-figures, the data files those modules name. ``cache_key`` hashes exactly that,
-so an edit to a snippet re-runs what uses it and nothing else.
+Four hooks cache what they build: the executed examples (``examples.py``), the
+teaching pages' figures (``figures.py``), the explorer's trained model
+(``explorer.py``) and the ledger's measurements (``ledger.py``). Each result
+depends on one source file, every local module it imports (transitively, at
+any depth, imports inside functions and relative imports included, package
+``__init__`` files too) and, for the figures, the data files those modules
+name. ``cache_key`` hashes exactly that, so an edit to a snippet re-runs what
+uses it and nothing else. Every cache lives under ``cache_root``.
 """
 
 from __future__ import annotations
 
 import ast
 import hashlib
+import os
 import pathlib
 
 
-def imported_names(source: str) -> set[str]:
-    """Every absolute module name ``source`` imports, and ``module.name`` for
-    each ``from module import name`` (the name may be a submodule)."""
-    names: set[str] = set()
+def cache_root(root: pathlib.Path) -> pathlib.Path:
+    """``$FIELD_GUIDE_EXAMPLE_CACHE``, else ``.cache/examples`` in the project:
+    the executed examples, and one folder each for the other caches."""
+    return pathlib.Path(os.environ.get("FIELD_GUIDE_EXAMPLE_CACHE", root / ".cache" / "examples"))
+
+
+def _imports(source: str) -> list[tuple[str, int]]:
+    """(module, level) for every import in ``source``, and ``module.name`` for
+    each ``from module import name`` (the name may be a submodule); level > 0
+    is a relative import."""
+    found: list[tuple[str, int]] = []
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Import):
-            names.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            names.add(node.module)
-            names.update(f"{node.module}.{alias.name}" for alias in node.names)
-    return names
+            found += [(alias.name, 0) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            found.append((base, node.level))
+            found += [(f"{base}.{alias.name}".strip("."), node.level) for alias in node.names]
+    return found
+
+
+def imported_names(source: str) -> set[str]:
+    """Every absolute module name ``source`` imports (``module.name`` too)."""
+    return {name for name, level in _imports(source) if not level}
 
 
 def local_dependencies(path: pathlib.Path, roots: list[pathlib.Path]) -> list[pathlib.Path]:
-    """Local source files ``path`` imports, transitively, found under ``roots``."""
+    """Local source files ``path`` imports, transitively, found under ``roots``
+    (relative imports under the importer's own package)."""
     seen: set[pathlib.Path] = set()
     todo = [path]
     while todo:
         current = todo.pop()
-        for name in imported_names(current.read_text(encoding="utf-8")):
-            parts = name.split(".")
-            for root in roots:
-                candidates = [root.joinpath(*parts).with_suffix(".py"), root.joinpath(*parts, "__init__.py")]
+        for name, level in _imports(current.read_text(encoding="utf-8")):
+            parts = name.split(".") if name else []
+            bases = roots
+            if level:
+                bases = [current.parents[level - 1]]
+            for base in bases:
+                candidates = [base.joinpath(*parts, "__init__.py")]
+                if parts:
+                    candidates.append(base.joinpath(*parts).with_suffix(".py"))
                 # Package __init__ files run on import too.
-                candidates += [root.joinpath(*parts[:i], "__init__.py") for i in range(1, len(parts))]
+                candidates += [base.joinpath(*parts[:i], "__init__.py") for i in range(1, len(parts))]
                 for candidate in candidates:
                     if candidate.is_file() and candidate not in seen and candidate != path:
                         seen.add(candidate)

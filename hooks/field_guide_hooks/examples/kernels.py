@@ -296,7 +296,7 @@ def start_examples(config):
     """
     root = pathlib.Path(config.config_file_path).resolve().parent
     examples_dir = pathlib.Path(config.docs_dir) / EXAMPLES_DIR
-    cache_dir = pathlib.Path(os.environ.get("FIELD_GUIDE_EXAMPLE_CACHE", root / ".cache" / "examples"))
+    cache_dir = closure.cache_root(root)
     cache_dir.mkdir(parents=True, exist_ok=True)
     roots = [root, examples_dir]
     environment = _environment(config)
