@@ -236,3 +236,57 @@ TYPED_SEARCHES = {
     "gla": ["linear/gated-linear-attention/"],
     "sdpa": ["foundations/scaled-dot-product/"],
 }
+
+
+# ----------------------------------------------------------------------------
+# Layout at 1280 px (tests/test_browser_layout.py), measured during the one
+# visit of each page (test_browser.visit_every_page)
+# ----------------------------------------------------------------------------
+
+LAYOUT_SLACK_PX = 1  # sub-pixel rounding
+TYPESET_JS = "() => !document.querySelector('.arithmatex:not([data-fg-typeset])')"
+
+# Shows what a reader can open (folds, other tabs), then reports every element
+# wider than its box and every dead or empty table-of-contents entry.
+LAYOUT_JS = r"""
+() => {
+  document.querySelectorAll("details").forEach(d => { d.open = true; });
+  const style = document.createElement("style");
+  style.textContent = ".tabbed-set > .tabbed-content > .tabbed-block { display: block !important; }";
+  document.head.appendChild(style);
+  // An equation is named by its TeX source, anything else by its words.
+  const words = el => {
+    const tex = el.querySelector("annotation");
+    const text = tex ? tex.textContent : el.textContent || el.getAttribute("alt") || el.getAttribute("src") || "";
+    return text.replace(/\s+/g, " ").trim().slice(0, 70);
+  };
+  const shown = el => el.getClientRects().length > 0;
+  const wide = [];
+  const measure = (kind, el, box) => {
+    if (!shown(el) || !box) return;
+    const over = Math.max(el.scrollWidth, el.getBoundingClientRect().width) - box.clientWidth;
+    if (over > SLACK) wide.push({kind, over: Math.round(over), text: words(el)});
+  };
+  const content = document.querySelector(".md-content") || document.body;
+  // An equation and a code block scroll inside themselves: compare with their own box.
+  content.querySelectorAll(".katex-display").forEach(el => measure("equation", el, el));
+  content.querySelectorAll("pre > code").forEach(el => measure("code", el, el));
+  content.querySelectorAll("table").forEach(el =>
+    measure("table", el, el.closest(".md-typeset__scrollwrap") || el.parentElement));
+  content.querySelectorAll("img").forEach(el => measure("figure", el, el.parentElement));
+  const toc = [];
+  const seen = new Set();
+  document.querySelectorAll(".md-nav--secondary a.md-nav__link").forEach(a => {
+    // Material's instant navigation makes the links absolute: keep the page's own.
+    const url = new URL(a.href, location.href);
+    const href = url.hash;
+    if (url.pathname !== location.pathname || !href || seen.has(href)) return;
+    seen.add(href);
+    const id = decodeURIComponent(href.slice(1));
+    const text = a.textContent.replace(/\s+/g, " ").trim();
+    if (!text) toc.push({href, problem: "no words"});
+    if (!document.getElementById(id)) toc.push({href, text, problem: "no element with this id"});
+  });
+  return {wide, toc};
+}
+""".replace("SLACK", str(LAYOUT_SLACK_PX))

@@ -74,14 +74,15 @@ def built_site(tmp_path_factory) -> BuiltSite:
     return site
 
 
-# The tests that read the built site fall into three groups of similar length;
-# xdist hands each group to one worker, longest first, so two workers share them
-# (both wait for the one build, conftest's build_once) and the unit tests fill
-# in around them. Within a group, session fixtures (one Chromium, one visit of
-# every page) are made once.
+# The tests that read the built site fall into three groups; xdist hands each
+# group to one worker, longest first, so two workers share them (both wait for
+# the one build, conftest's build_once) and the unit tests fill in around them.
+# Within a group, session fixtures (one Chromium, one visit of every page,
+# ``page_reports``, read by test_browser.py and test_browser_layout.py) are
+# made once.
 SITE_GROUPS = {
     "test_browser.py": "site-pages",
-    "test_browser_layout.py": "site-widgets",
+    "test_browser_layout.py": "site-pages",  # reads page_reports too
     "test_explorer.py": "site-widgets",
     "test_calculator_browser.py": "site-widgets",
     "test_which_kernel_browser.py": "site-widgets",
@@ -105,6 +106,25 @@ def base_url(site_dir) -> str:
 
     with bs.serve(site_dir) as url:
         yield url
+
+
+@pytest.fixture(scope="session")
+def pages(site_dir) -> list[str]:
+    """URL paths of every built page."""
+    import browser_support as bs
+
+    found = bs.built_pages(site_dir)
+    assert found, f"no pages under {site_dir}"
+    return found
+
+
+@pytest.fixture(scope="session")
+def page_reports(browser, base_url, pages):
+    """One visit of every page, for every per-page check of test_browser.py and
+    the layout checks of test_browser_layout.py (both in group site-pages)."""
+    import test_browser
+
+    return test_browser.visit_every_page(browser, base_url, pages)
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups

@@ -9,7 +9,8 @@ the right page, both palettes legible, a phone-width layout without sideways
 scrolling, and the budgets (page weight, Largest Contentful Paint, axe-core
 accessibility violations). The offline build is read from file://.
 
-Each page is visited once for all per-page checks (``page_reports``); the
+Each page is visited once for all per-page checks (``page_reports``, a
+fixture of conftest.py shared with ``test_browser_layout.py``); the
 figures go to ``test-artifacts/budgets.json`` and are printed (``pytest -s``).
 
 ``FIELD_GUIDE_BUILT_SITE=/path/to/site`` points the tests at an existing build
@@ -71,13 +72,6 @@ def example_cache(request) -> pathlib.Path:
 
 
 # `browser`, one headless Chromium for the whole session, is in conftest.py.
-
-
-@pytest.fixture(scope="session")
-def pages(site_dir) -> list[str]:
-    found = bs.built_pages(site_dir)
-    assert found, f"no pages under {site_dir}"
-    return found
 
 
 class Guard:
@@ -233,6 +227,7 @@ class PageReport:
     axe: list[dict] = dataclasses.field(default_factory=list)
     audited: bool = False
     headings: dict = dataclasses.field(default_factory=dict)
+    layout: dict = dataclasses.field(default_factory=dict)  # browser_support.LAYOUT_JS
 
 
 # Audited in full, in both palettes. Elsewhere axe skips the tokens inside code
@@ -325,8 +320,12 @@ def _start_visit(browser, base_url: str, path: str, axe_source: str | None):
 
 
 def _finish_visit(report: PageReport, context, page) -> None:
+    """Collect axe-core's findings, then measure the layout at 1280 px with
+    every fold open (after axe: the measurement opens folds and tabs)."""
     try:
         report.axe = page.evaluate("() => window.__axe") if report.audited else []
+        page.wait_for_function(bs.TYPESET_JS, timeout=10_000)
+        report.layout = page.evaluate(bs.LAYOUT_JS)
     finally:
         context.close()
 
@@ -361,9 +360,9 @@ def _record(key: str, value) -> None:
     target.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
 
-@pytest.fixture(scope="session")
-def page_reports(browser, base_url, pages) -> dict[str, PageReport]:
-    """Every page visited once (two at a time: one loading, one under axe)."""
+def visit_every_page(browser, base_url: str, pages: list[str]) -> dict[str, PageReport]:
+    """Every page visited once (two at a time: one loading, one under axe);
+    the ``page_reports`` fixture of conftest.py, shared with the layout tests."""
     axe_source = AXE.read_text(encoding="utf-8")
     start = time.perf_counter()
     reports: dict[str, PageReport] = {}

@@ -10,94 +10,28 @@ sidebars shown), opens every fold and shows every tab, and measures:
 * the table of contents: every entry has words and links to an element that
   exists on the page.
 
-One test per check, each listing every page and element that fails. The
-last test (no browser) pins the repair of the executed examples' tables of
-contents in ``hooks/field_guide_hooks/examples/notebook_html.py``.
+The measurement (``browser_support.LAYOUT_JS``) is taken during the one visit
+of every page that ``tests/test_browser.py`` makes (the ``page_reports``
+fixture in conftest.py), after axe-core has finished with the page. One test
+per check, each listing every page and element that fails. The last test (no
+browser) pins the repair of the executed examples' tables of contents in
+``hooks/field_guide_hooks/examples/notebook_html.py``.
 ``FIELD_GUIDE_BUILT_SITE=/path/to/site`` reads an existing build instead of
-building one; ``FIELD_GUIDE_LAYOUT_PAGES=a/,b/`` narrows the pages (to try a
-fix on a few).
+building one.
 """
 
 from __future__ import annotations
-
-import os
-import pathlib
 
 import pytest
 
 import browser_support as bs
 
-DESKTOP = {"width": 1280, "height": 900}
-SLACK_PX = 1  # sub-pixel rounding
-
-# Shows what a reader can open (folds, other tabs), then reports every element
-# wider than its box and every dead or empty table-of-contents entry.
-MEASURE = r"""
-() => {
-  document.querySelectorAll("details").forEach(d => { d.open = true; });
-  const style = document.createElement("style");
-  style.textContent = ".tabbed-set > .tabbed-content > .tabbed-block { display: block !important; }";
-  document.head.appendChild(style);
-  // An equation is named by its TeX source, anything else by its words.
-  const words = el => {
-    const tex = el.querySelector("annotation");
-    const text = tex ? tex.textContent : el.textContent || el.getAttribute("alt") || el.getAttribute("src") || "";
-    return text.replace(/\s+/g, " ").trim().slice(0, 70);
-  };
-  const shown = el => el.getClientRects().length > 0;
-  const wide = [];
-  const measure = (kind, el, box) => {
-    if (!shown(el) || !box) return;
-    const over = Math.max(el.scrollWidth, el.getBoundingClientRect().width) - box.clientWidth;
-    if (over > SLACK) wide.push({kind, over: Math.round(over), text: words(el)});
-  };
-  const content = document.querySelector(".md-content") || document.body;
-  // An equation and a code block scroll inside themselves: compare with their own box.
-  content.querySelectorAll(".katex-display").forEach(el => measure("equation", el, el));
-  content.querySelectorAll("pre > code").forEach(el => measure("code", el, el));
-  content.querySelectorAll("table").forEach(el =>
-    measure("table", el, el.closest(".md-typeset__scrollwrap") || el.parentElement));
-  content.querySelectorAll("img").forEach(el => measure("figure", el, el.parentElement));
-  const toc = [];
-  const seen = new Set();
-  document.querySelectorAll(".md-nav--secondary a.md-nav__link").forEach(a => {
-    // Material's instant navigation makes the links absolute: keep the page's own.
-    const url = new URL(a.href, location.href);
-    const href = url.hash;
-    if (url.pathname !== location.pathname || !href || seen.has(href)) return;
-    seen.add(href);
-    const id = decodeURIComponent(href.slice(1));
-    const text = a.textContent.replace(/\s+/g, " ").trim();
-    if (!text) toc.push({href, problem: "no words"});
-    if (!document.getElementById(id)) toc.push({href, text, problem: "no element with this id"});
-  });
-  return {wide, toc};
-}
-""".replace("SLACK", str(SLACK_PX))
-
 
 @pytest.fixture(scope="session")
-def layout_reports(browser, site_dir) -> dict[str, dict]:
-    """Page URL path -> what MEASURE found there, for every built page."""
-    pages = bs.built_pages(site_dir)
-    wanted = [p.strip() for p in os.environ.get("FIELD_GUIDE_LAYOUT_PAGES", "").split(",") if p.strip()]
-    if wanted:
-        pages = [p for p in pages if p in wanted]
-    reports = {}
-    with bs.serve(site_dir) as base_url:
-        context = browser.new_context(viewport=DESKTOP)
-        try:
-            page = context.new_page()
-            for path in pages:
-                page.goto(base_url + path, wait_until="load")
-                # KaTeX typesets on load (javascripts/katex.js); wait until no raw math is left.
-                page.wait_for_function(
-                    "() => !document.querySelector('.arithmatex:not([data-fg-typeset])')", timeout=10_000
-                )
-                reports[path] = page.evaluate(MEASURE)
-        finally:
-            context.close()
-    return reports
+def layout_reports(page_reports) -> dict[str, dict]:
+    """Page URL path -> what ``browser_support.LAYOUT_JS`` found there, taken
+    during the one visit of every page (``page_reports`` in conftest.py)."""
+    return {("" if path == "/" else path): report.layout for path, report in page_reports.items()}
 
 
 def _listing(reports: dict[str, dict], kinds: set[str]) -> list[str]:
@@ -139,9 +73,8 @@ def test_every_table_of_contents_entry_leads_somewhere(layout_reports):
 
 @pytest.mark.browser
 def test_every_page_was_measured(layout_reports, site_dir):
-    if os.environ.get("FIELD_GUIDE_LAYOUT_PAGES"):
-        pytest.skip("FIELD_GUIDE_LAYOUT_PAGES narrows the pages")
     assert set(layout_reports) == set(bs.built_pages(site_dir))
+    assert all("wide" in r and "toc" in r for r in layout_reports.values()), "a page was not measured"
 
 
 def test_example_toc_follows_headings_with_inline_code():
