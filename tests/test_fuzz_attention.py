@@ -276,7 +276,7 @@ def _(s):
     d_model = s.h * s.d
     mha = nn.MultiheadAttention(d_model, s.h, batch_first=True)
     return [Call(fn, {"mha": mha, "x": r(s.b, s.n, d_model), "allowed": ones(s.n, s.n)},
-                 {"mha": NOT_A_MODULE, "x": T(rank=3, tied=(1, -1), names=("allowed", "mha")),
+                 {"x": T(rank=3, tied=(1, -1), names=("allowed", "mha")),
                   "allowed": T(BOOL, rank=2, tied=(0, 1))}, fn.__name__, fn.__name__)
             for fn in (cm.mha_masked_wrong, cm.mha_masked)]
 
@@ -314,7 +314,7 @@ def _(s):
     d_model = s.h * s.d
     mha = nn.MultiheadAttention(d_model, s.h)
     return [Call(fn, {"mha": mha, "x": r(s.b, s.n, d_model)},
-                 {"mha": NOT_A_MODULE, "x": T(rank=3, tied=(-1,), names=("mha",))}, fn.__name__, fn.__name__)
+                 {"x": T(rank=3, tied=(-1,), names=("mha",))}, fn.__name__, fn.__name__)
             for fn in (cm.mha_self_attend_wrong, cm.mha_self_attend)]
 
 

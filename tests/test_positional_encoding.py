@@ -101,19 +101,19 @@ def test_modules_add_the_table_and_drop_out_only_in_training():
 
 
 def test_validation_messages():
-    with pytest.raises(ValueError, match=r"n_positions must be an int in \[1, inf\], got 0"):
+    with pytest.raises(ValueError, match=r"n_positions must be int in \[1, inf\), got 0"):
         sinusoidal_positional_encoding(0, 4)
     with pytest.raises(ValueError, match=r"d_model must be even, base a number > 1 and dtype floating, got 5, "):
         sinusoidal_positional_encoding(3, 5)
-    with pytest.raises(ValueError, match=r"d_model must be an int in \[2, inf\], got 2.0"):
+    with pytest.raises(ValueError, match=r"d_model must be int in \[2, inf\), got 2.0"):
         sinusoidal_positional_encoding(3, 2.0)
-    with pytest.raises(ValueError, match=r"start must be an int in \[0, inf\], got -1"):
+    with pytest.raises(ValueError, match=r"start must be int in \[0, inf\), got -1"):
         sinusoidal_positional_encoding(3, 4, start=-1)
-    with pytest.raises(ValueError, match=r"dropout must be a float in \[0, 1\), got 1.0"):
+    with pytest.raises(ValueError, match=r"dropout must be float in \[0.0, 1.0\), got 1.0"):
         SinusoidalPositionalEncoding(4, dropout=1.0)
-    with pytest.raises(ValueError, match=r"dropout must be a float in \[0, 1\), got -0.1"):
+    with pytest.raises(ValueError, match=r"dropout must be float in \[0.0, 1.0\), got -0.1"):
         LearnedPositionalEncoding(4, 4, dropout=-0.1)
-    with pytest.raises(ValueError, match=r"max_len must be an int in \[1, inf\], got 0"):
+    with pytest.raises(ValueError, match=r"max_len must be int in \[1, inf\), got 0"):
         LearnedPositionalEncoding(0, 4)
     with pytest.raises(ValueError, match=r"x must be a floating \(B, N, 4\) tensor on any device, got \(\(2, 3, 5\)"):
         SinusoidalPositionalEncoding(4)(torch.zeros(2, 3, 5))
@@ -158,11 +158,11 @@ def test_errors_for_base_dtype_dropout_and_inputs():
         sinusoidal_positional_encoding(3, 4, dtype=torch.int64)
     with pytest.raises(ValueError, match=r"dtype floating, got 4, 10000.0 and 'float32'"):
         offset_rotation(1, 4, dtype="float32")
-    with pytest.raises(ValueError, match=r"dropout must be a float in \[0, 1\), got '0.1'"):
+    with pytest.raises(ValueError, match=r"dropout must be float in \[0.0, 1.0\), got '0.1'"):
         SinusoidalPositionalEncoding(4, dropout="0.1")
     with pytest.raises(ValueError, match=r"base a number > 1 .*, got 4, None"):
         SinusoidalPositionalEncoding(4, base=None)
-    with pytest.raises(ValueError, match=r"dropout must be a float in \[0, 1\), got None"):
+    with pytest.raises(ValueError, match=r"dropout must be float in \[0.0, 1.0\), got None"):
         LearnedPositionalEncoding(4, 4, dropout=None)
     with pytest.raises(ValueError, match=r"x must be a floating .* got \(\(1, 2, 4\), torch.int64"):
         SinusoidalPositionalEncoding(4)(torch.ones(1, 2, 4, dtype=torch.long))

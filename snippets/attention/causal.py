@@ -106,8 +106,7 @@ class CausalSelfAttention(nn.Module):
         super().__init__()
         d_k = d_model if d_k is None else d_k
         d_v = d_model if d_v is None else d_v
-        _check_sizes(d_model=d_model, d_k=d_k, d_v=d_v)
-        _check_dropout("dropout", dropout)
+        _check_config(dropout, d_model=d_model, d_k=d_k, d_v=d_v)
         self.d_model, self.d_k, self.d_v = d_model, d_k, d_v
         self.dropout = float(dropout)
         self.q_proj = nn.Linear(d_model, d_k, bias=bias)
@@ -184,11 +183,13 @@ def _check_mask_sizes(n_queries: int, n_keys: int) -> None:
 
 
 # --8<-- [start:checks]
-def _check_sizes(**sizes: int) -> None:
-    """Refuse a width that is not a positive int."""
+def _check_config(dropout: float, **sizes: int) -> None:
+    """Refuse a width that is not a positive int, or a dropout outside [0, 1)."""
     for name, value in sizes.items():
         if not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be a positive int, got {value!r}")
+    if not isinstance(dropout, (int, float)) or not 0.0 <= dropout < 1.0:
+        raise ValueError(f"dropout must be a float in [0, 1), got {dropout!r}")
 
 
 def _check_seq(x, name: str, width: int, weight: torch.Tensor, batch=None) -> None:
@@ -210,9 +211,4 @@ def _check_keys(key_mask, batch: int, n_keys: int, device: torch.device) -> None
     if got is not None and got != ((batch, n_keys), torch.bool, device):
         raise ValueError(f"key_mask must be bool (True = real key) of shape (B, M) = "
                          f"{(batch, n_keys)} on {device}, got {got}")
-
-
-def _check_dropout(name: str, p: float) -> None:
-    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p < 1.0:
-        raise ValueError(f"{name} must be a float in [0, 1), got {p!r}")
 # --8<-- [end:checks]

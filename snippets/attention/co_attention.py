@@ -89,10 +89,6 @@ class ParallelCoAttention(nn.Module):
         self.w_hq = _init_matrix(1, d_hidden)  # w_hq^T (1, k)
         self.w_hv = _init_matrix(1, d_hidden)  # w_hv^T (1, k)
 
-    def _check_forward(self, question, image, question_mask, image_mask) -> None:
-        _check_features("question", question, question_mask, self)
-        _check_features("image", image, image_mask, self, question)
-
     def affinity(
         self,
         question: torch.Tensor,
@@ -106,7 +102,7 @@ class ParallelCoAttention(nn.Module):
         Entries that involve a padded word or region are zero, so padding
         cannot reach the hidden layers through C.
         """
-        self._check_forward(question, image, question_mask, image_mask)
+        _check_question_image(self, question, image, question_mask, image_mask)
         acc = _accumulation_dtype(question.dtype)
         c = self._affinity(question.to(acc), image.to(acc), question_mask, image_mask)
         return c.to(question.dtype)
@@ -127,7 +123,7 @@ class ParallelCoAttention(nn.Module):
             region weights ``(B, N)``, each weight vector summing to 1 over the
             real positions.
         """
-        self._check_forward(question, image, question_mask, image_mask)
+        _check_question_image(self, question, image, question_mask, image_mask)
         acc = _accumulation_dtype(question.dtype)
         q, v = question.to(acc), image.to(acc)  # float32 for half precision
         out = self._co_attend(q, v, question_mask, image_mask)
@@ -190,8 +186,12 @@ class GuidedAttention(nn.Module):
         self.w_hx = _init_matrix(1, d_hidden)  # w_hx^T (1, k)
 
     def _check_forward(self, x, g, x_mask) -> None:
-        _check_features("x", x, x_mask, self)
-        _check_guidance(g, x, self.guided)
+        _check_features("x", x, x_mask, self, x)
+        got = (tuple(g.shape), g.dtype, g.device) if torch.is_tensor(g) else g
+        want = ((x.shape[0], x.shape[2]), x.dtype, x.device) if self.guided else None
+        if got != want:  # g is (B, d_model) like x when guided, else None
+            raise ValueError(f"g must be (B, d_model) of x's dtype and device = {want} "
+                             f"(None when guided=False), got {got}")
 # --8<-- [end:guided]
 
     # --8<-- [start:guided_forward]
@@ -238,10 +238,6 @@ class AlternatingCoAttention(nn.Module):
         self.summarise = GuidedAttention(d_model, d_hidden, guided=False)
         self.attend_image = GuidedAttention(d_model, d_hidden)
         self.attend_question = GuidedAttention(d_model, d_hidden)
-
-    def _check_forward(self, question, image, question_mask, image_mask) -> None:
-        _check_features("question", question, question_mask, self)
-        _check_features("image", image, image_mask, self, question)
 # --8<-- [end:alternating]
 
     # --8<-- [start:alternating_forward]
@@ -251,7 +247,7 @@ class AlternatingCoAttention(nn.Module):
         image_mask: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """Question -> image -> question: three guided attentions in a row."""
-        self._check_forward(question, image, question_mask, image_mask)
+        _check_question_image(self, question, image, question_mask, image_mask)
         s_hat, _ = self.summarise(question, x_mask=question_mask)  # (B, d)
         v_hat, a_v = self.attend_image(image, s_hat, x_mask=image_mask)  # (B, d) (B, N)
         # (B, d), (B, T)
@@ -268,14 +264,20 @@ def _check_sizes(**sizes: int) -> None:
             raise ValueError(f"{name} must be a positive int, got {value!r}")
 
 
-def _check_features(name: str, x, mask, module: nn.Module, like=None) -> None:
+def _check_question_image(module, question, image, question_mask, image_mask) -> None:
+    """Refuse a question and an image (and their masks) that do not fit the module."""
+    _check_features("question", question, question_mask, module, question)
+    _check_features("image", image, image_mask, module, question)
+
+
+def _check_features(name: str, x, mask, module: nn.Module, like) -> None:
     """Refuse x unless floating (B, L, d_model) on the module's device with like's B and
-    dtype; then its mask unless None or (B, L) bool on the same device."""
+    dtype (question and image share them); then its mask unless None or (B, L) bool
+    on the same device."""
     d_model, device = module.d_model, next(module.parameters()).device
     ok = torch.is_tensor(x) and x.is_floating_point() and x.dim() == 3
     ok = ok and x.shape[-1] == d_model and x.device == device
-    peer = x if like is None else like  # question and image share B and the dtype
-    if not (ok and (x.shape[0], x.dtype) == (peer.shape[0], peer.dtype)):
+    if not (ok and (x.shape[0], x.dtype) == (like.shape[0], like.dtype)):
         got = (tuple(x.shape), x.dtype, x.device) if torch.is_tensor(x) else type(x)
         raise ValueError(f"{name} must be floating (B, L, {d_model}) on {device}, B "
                          f"and dtype as the question's, got {got}")
@@ -283,13 +285,4 @@ def _check_features(name: str, x, mask, module: nn.Module, like=None) -> None:
     if got is not None and got != (tuple(x.shape[:2]), torch.bool, x.device):
         raise ValueError(f"{name}_mask must be None or bool (True = real) of shape "
                          f"(B, L) = {tuple(x.shape[:2])} on {x.device}, got {got}")
-
-
-def _check_guidance(g: torch.Tensor | None, x: torch.Tensor, guided: bool) -> None:
-    """Refuse g unless it is a (B, d_model) tensor like x when guided, else None."""
-    got = (tuple(g.shape), g.dtype, g.device) if torch.is_tensor(g) else g
-    want = ((x.shape[0], x.shape[2]), x.dtype, x.device) if guided else None
-    if got != want:
-        raise ValueError(f"g must be (B, d_model) of x's dtype and device = {want} "
-                         f"(None when guided=False), got {got}")
 # --8<-- [end:validate]

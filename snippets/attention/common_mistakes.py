@@ -89,11 +89,9 @@ def _check_scores_allowed(scores: torch.Tensor, allowed: torch.Tensor) -> None:
     """Refuse scores unless floating (..., M), allowed unless bool and fitting it."""
     ok = torch.is_tensor(scores) and scores.is_floating_point() and scores.dim() >= 1
     ok = ok and torch.is_tensor(allowed) and allowed.dtype == torch.bool
-    try:
-        ok = ok and torch.broadcast_shapes(allowed.shape, scores.shape) == scores.shape
-    except RuntimeError:
-        ok = False
-    if not (ok and allowed.device == scores.device):
+    ok = ok and allowed.device == scores.device and allowed.dim() <= scores.dim()
+    pairs = zip(allowed.shape[::-1], scores.shape[::-1]) if ok else ()  # broadcasts
+    if not (ok and all(a in (1, s) for a, s in pairs)):
         raise ValueError(f"scores must be floating (..., M) and allowed a bool mask on "
                          f"its device that broadcasts to it, got "
                          f"{[_mistake_got(t) for t in (scores, allowed)]}")
@@ -110,10 +108,8 @@ def _check_projections(x: torch.Tensor, *weights: torch.Tensor) -> None:
 
 
 def _check_mha_call(mha, x: torch.Tensor, allowed: torch.Tensor | None = None) -> None:
-    """Refuse mha unless an nn.MultiheadAttention, x unless (B, N, D) like its weights,
-    allowed unless None or an (N, N) bool mask on x's device."""
-    if not isinstance(mha, nn.MultiheadAttention):
-        raise TypeError(f"mha must be an nn.MultiheadAttention, got {type(mha)}")
+    """Refuse x unless (B, N, D) like mha's weights, allowed unless None or an (N, N)
+    bool mask on x's device."""
     w = mha.out_proj.weight
     got = [_mistake_got(t) if torch.is_tensor(t) else t for t in (x, allowed)]
     ok = torch.is_tensor(x) and (x.dtype, x.device, x.dim()) == (w.dtype, w.device, 3)

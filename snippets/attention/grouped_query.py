@@ -158,18 +158,19 @@ def _check_heads_input(name, t, shape, like, dtypes=None, min_rank=0) -> None:
     """Refuse t unless it is a tensor of this shape, dtype and like's device.
 
     A letter in ``shape`` takes any size. ``dtypes=None`` asks for like's dtype
-    (or any, under autocast). With ``min_rank``, t may drop leading dimensions
-    down to ``min_rank`` and hold 1 anywhere: a mask that broadcasts.
+    (or any, under autocast); with dtypes given, t is a mask and may be None. With
+    ``min_rank``, t may drop leading dimensions down to ``min_rank`` and hold 1
+    anywhere: a mask that broadcasts.
     """
-    is_tensor = isinstance(t, Tensor)
+    is_tensor, mask = isinstance(t, Tensor), dtypes is not None
     fits = is_tensor and (min_rank or len(shape)) <= t.dim() <= len(shape) and all(
         isinstance(w, str) or s == w or (min_rank and s == 1)
         for s, w in zip(t.shape[::-1], shape[::-1]))
     kind = like.device.type  # under autocast the inputs may come in another dtype
     amp = torch.amp.is_autocast_available(kind) and torch.is_autocast_enabled(kind)
-    amp = amp and dtypes is None  # never for masks, whose dtype is given
     dtypes = dtypes or (like.dtype,)
-    if not fits or t.device != like.device or t.dtype not in dtypes and not amp:
+    typed = is_tensor and (t.dtype in dtypes or amp and not mask)  # a mask: never amp
+    if not (fits and typed and t.device == like.device or mask and t is None):
         got = f"{t.dtype} {tuple(t.shape)} on {t.device}" if is_tensor else t
         dims = ("broadcasting to " if min_rank else "") + ", ".join(map(str, shape))
         want = f"a {' or '.join(map(str, dtypes))} tensor ({dims})"
@@ -257,11 +258,10 @@ class GroupedQueryAttention(nn.Module):
         _check_heads_input("key", key, (len(query), "M", self.kdim), w)
         b, h, n, m = len(query), self.n_heads, query.shape[1], key.shape[1]
         _check_heads_input("value", value, (b, m, self.vdim), w)
-        if attn_mask is not None:  # bool, True = may attend; or float, added
-            _check_heads_input("attn_mask", attn_mask, (b, h, n, m), query,
-                               (torch.bool, query.dtype), min_rank=2)
-        if key_mask is not None:  # True = a real key
-            _check_heads_input("key_mask", key_mask, (b, m), query, (torch.bool,))
+        # attn_mask: bool (True = may attend) or float (added); key_mask: True = real
+        _check_heads_input("attn_mask", attn_mask, (b, h, n, m), query,
+                           (torch.bool, query.dtype), min_rank=2)
+        _check_heads_input("key_mask", key_mask, (b, m), query, (torch.bool,))
     # --8<-- [end:module]
 
     # --8<-- [start:forward]

@@ -13,8 +13,8 @@ to the scores. A query that may attend to no key returns zeros.
 
 Kernels: ``_attend`` (the attention equation) and ``SelfAttention.forward``
 (project, attend, project back); the constructor and the checks are the face.
-The causal and cross-attention files carry identical copies of ``_attend``,
-``_check_sizes`` and ``_check_seq``, so that each file runs alone.
+The causal and cross-attention files carry identical copies of ``_attend`` and
+``_check_seq``, so that each file runs alone.
 
 This file needs only torch and the standard library: copy it into a project.
 """
@@ -143,11 +143,10 @@ def _check_mask_shape(mask, name: str, shape: tuple, dtype, device) -> None:
     """Refuse a mask unless None, or bool (or ``dtype``) on device fitting ``shape``."""
     is_tensor = torch.is_tensor(mask)
     got = (tuple(mask.shape), mask.dtype, mask.device) if is_tensor else mask
-    try:  # a mask may broadcast to the scores, never enlarge them
-        fits = is_tensor and got[1:] in ((torch.bool, device), (dtype, device))
-        fits = fits and torch.broadcast_shapes(mask.shape, shape) == shape
-    except RuntimeError:
-        fits = False
+    fits = is_tensor and got[1:] in ((torch.bool, device), (dtype, device))
+    # a mask may broadcast to the scores, never enlarge them
+    fits = fits and len(got[0]) <= len(shape) and all(
+        a in (1, s) for a, s in zip(got[0][::-1], shape[::-1]))
     if not (fits or mask is None):
         raise ValueError(f"{name} must be bool (True = may attend) or {dtype}, on "
                          f"{device}, broadcasting to {shape}; got {got}")

@@ -69,9 +69,8 @@ def pick_device(device: torch.device | str | None = None) -> torch.device:
 # --8<-- [start:validate]
 def _check_device_request(device: torch.device | str | None, source: str) -> None:
     """Refuse a device this machine lacks, naming where the request came from."""
-    if device is None:
-        return
-    kind, index = _device_kind(device, source), torch.device(str(device)).index or 0
+    request = "cpu" if device is None else device  # no request: the CPU is always here
+    kind, index = _device_kind(request, source), torch.device(str(request)).index or 0
     count = torch.cuda.device_count() if kind == "cuda" else 1
     if kind not in _KNOWN or not _available(kind) or index >= count:
         raise ValueError(f"{source} must be one of {', '.join(_KNOWN)} and available "

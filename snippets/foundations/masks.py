@@ -125,10 +125,11 @@ def _check_mask_sizes(n_queries: int, n_keys: int) -> None:
 
 
 # --8<-- [start:validate]
-def _check_mask(name: str, t, dtypes: tuple, ranks=None) -> None:
-    """Refuse t unless it is a tensor with one of dtypes and a rank in ranks."""
+def _check_mask(name: str, t, dtypes: tuple, ranks=None, optional=False) -> None:
+    """Refuse t unless it is a tensor with one of dtypes and a rank in ranks (or
+    None, when optional)."""
     ok = torch.is_tensor(t) and t.dtype in dtypes
-    if not (ok and t.dim() in (ranks or [t.dim()])):
+    if not (ok and t.dim() in (ranks or [t.dim()]) or optional and t is None):
         got = (tuple(t.shape), t.dtype) if torch.is_tensor(t) else type(t).__name__
         raise TypeError(f"{name} must be a tensor of {dtypes}, rank {ranks or 'any'}, "
                         f"got {got}")
@@ -147,8 +148,7 @@ def _check_combine(attn_mask: torch.Tensor | None, key_mask: torch.Tensor | None
     """Refuse masks that are not bool, or that do not broadcast on one device."""
     for name, t, ranks in (("attn_mask", attn_mask, (2, 3, 4)),
                            ("key_mask", key_mask, (2,))):
-        if t is not None:
-            _check_mask(name, t, (torch.bool,), ranks)
+        _check_mask(name, t, (torch.bool,), ranks, optional=True)
     if attn_mask is None or key_mask is None:
         return
     (b, m), lead = key_mask.shape, attn_mask.shape[0] if attn_mask.dim() > 2 else 1

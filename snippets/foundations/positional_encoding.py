@@ -119,8 +119,7 @@ class SinusoidalPositionalEncoding(nn.Module):
         self, d_model: int, *, dropout: float = 0.0, base: float = 10000.0
     ) -> None:
         super().__init__()
-        _check_table(1, d_model, 0, base, torch.float32)
-        _check_dropout("dropout", dropout)
+        _check_table(1, d_model, 0, base, torch.float32, dropout)
         self.d_model, self.base, self.dropout = d_model, base, float(dropout)
 # --8<-- [end:sinusoidal_module]
 
@@ -155,8 +154,8 @@ class LearnedPositionalEncoding(nn.Module):
 
     def __init__(self, max_len: int, d_model: int, *, dropout: float = 0.0) -> None:
         super().__init__()
-        _check_ints(max_len=(max_len, 1, math.inf), d_model=(d_model, 1, math.inf))
-        _check_dropout("dropout", dropout)
+        _check_ranges(max_len=(max_len, 1, math.inf), d_model=(d_model, 1, math.inf),
+                      dropout=(dropout, 0.0, 1.0))
         self.embedding = nn.Embedding(max_len, d_model)
         # Small, so that the words dominate at the start of training.
         nn.init.normal_(self.embedding.weight, std=0.02)
@@ -182,27 +181,23 @@ class LearnedPositionalEncoding(nn.Module):
 
 
 # --8<-- [start:validate]
-def _check_ints(**bounds: tuple) -> None:
-    """Refuse each ``name=(value, low, high)`` unless value is an int in [low, high]."""
+def _check_ranges(**bounds: tuple) -> None:
+    """Refuse each ``name=(value, low, high)`` unless low <= value < high, and an int
+    where low is an int (a size, a position); a float low also admits an int."""
     for name, (value, low, high) in bounds.items():
-        if not isinstance(value, int) or not low <= value <= high:
-            raise ValueError(f"{name} must be an int in [{low}, {high}], got {value!r}")
+        kind = type(low).__name__  # int for a size or a position, float for a rate
+        if not isinstance(value, (type(low), int)) or not low <= value < high:
+            raise ValueError(f"{name} must be {kind} in [{low}, {high}), got {value!r}")
 
 
-def _check_table(n_positions: int, d_model: int, start: int, base, dtype) -> None:
-    """Refuse sizes, a start, a base or a dtype that would give a wrong table."""
-    _check_ints(n_positions=(n_positions, 1, math.inf), d_model=(d_model, 2, math.inf),
-                start=(start, 0, math.inf))
-    floats = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+def _check_table(n_positions, d_model, start, base, dtype, dropout=0.0) -> None:
+    """Refuse sizes, a start, a base, a dtype or a dropout that give a wrong table."""
+    _check_ranges(n_positions=(n_positions, 1, math.inf), start=(start, 0, math.inf),
+                  d_model=(d_model, 2, math.inf), dropout=(dropout, 0.0, 1.0))
     odd, base_ok = d_model % 2, isinstance(base, (int, float)) and base > 1
-    if odd or not base_ok or dtype not in floats:
+    if odd or not base_ok or not getattr(dtype, "is_floating_point", False):
         raise ValueError(f"d_model must be even, base a number > 1 and dtype floating, "
                          f"got {d_model}, {base!r} and {dtype!r}")
-
-
-def _check_dropout(name: str, p: float) -> None:
-    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p < 1.0:
-        raise ValueError(f"{name} must be a float in [0, 1), got {p!r}")
 
 
 def _check_x(x: torch.Tensor, d_model: int, device: torch.device | None = None) -> None:
