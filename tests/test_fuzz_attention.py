@@ -164,7 +164,7 @@ def _(s):
 @fuzz("attention.rotary.rotary_tables")
 def _(s):
     return [Call(rotary_mod.rotary_tables, {"positions": ids(s.n, high=9), "rotary_dim": 2 * s.d},
-                 {"positions": T(INT, min_rank=1, device_peer=False),
+                 {"positions": T(ANY, min_rank=1, device_peer=False),
                   "rotary_dim": Bad(0, 3, 2.5), "base": Bad(1.0, -2.0, float("nan"), None)})]
 
 

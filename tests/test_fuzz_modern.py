@@ -42,6 +42,8 @@ def _gpt_block(c):
 
 
 MODERN_INT = Bad(0, -1, 2.5, True, "2", None)  # an int >= 1 that must be given
+# L, passed on by rope_inv_freq to the scaling function that reads it as original_length
+ORIGINAL_L = Bad(0, -1, 2.5, True, "2", None, names=("original_length",))
 HEADS = {"q": T(rank=4, tied=(0, 1, 3), names=("k", "v")), "k": T(rank=4, tied=(0, 1, 2, 3), names=("q", "v")),
          "v": T(rank=4, tied=(0, 1, 2), names=("q", "k"))}
 HEADS_MASK = T(BOOL, tied=(-2, -1), lead_fixed=True)  # anything that broadcasts to (B, H, N, M)
@@ -94,7 +96,8 @@ def _rope_entries(module, area):
     def _(s):
         return [
             Call(module.rotary_tables, {"positions": torch.arange(s.n), "rotary_dim": 2 * s.d, "base": 500.0},
-                 {"positions": T(INT, min_rank=1, device_peer=False), "rotary_dim": Bad(0, 3, 2.5),
+                 # any dtype: float positions rotate by fractional angles, as interpolation does
+                 {"positions": T(ANY, min_rank=1, device_peer=False), "rotary_dim": Bad(0, 3, 2.5),
                   "base": Bad(1.0, 0.5, float("nan"), float("inf"), None)}, "(N,)"),
             Call(module.rotary_tables, {"positions": ids(s.b, s.n, high=9), "rotary_dim": 2 * s.d},
                  {"positions": Bad(torch.zeros(2, 2, 2, dtype=torch.long), torch.tensor(3))}, "(B, N)"),
@@ -154,9 +157,11 @@ def _(s):
         Call(forward, {"x": x, "attn_mask": ones(s.n, s.n), "positions": torch.arange(s.n) + 2},
              {"x": T(rank=3, tied=(1, -1), names=("attn_mask", "positions")),
               "attn_mask": T(BOOL, tied=(0, 1), lead_fixed=True),
-              "positions": T(INT, min_rank=1, tied=(0,))}, "forward"),
+              # a positions tensor that does not fit x is refused by apply_rotary, as cos
+              "positions": T(ANY, min_rank=1, tied=(0,), names=("cos",))}, "forward"),
         Call(forward, {"x": x, "attn_mask": ones(s.b, 1, s.n, s.n), "positions": ids(s.b, s.n, high=9)},
-             {"attn_mask": T(BOOL, tied=(0, 2, 3), lead_fixed=True), "positions": T(INT, tied=(0, 1))},
+             {"attn_mask": T(BOOL, tied=(0, 2, 3), lead_fixed=True),
+              "positions": T(ANY, tied=(0, 1), names=("cos",))},
              "batched"),
     ]
 
@@ -219,7 +224,8 @@ CAP = Bad(0.0, -1.0, float("nan"), float("inf"), "50", None, True)
 @fuzz("modern.gates_and_caps.softcap")
 def _(s):
     return [Call(modern_gates.softcap, {"scores": r(s.b, s.n, s.m), "cap": 5.0},
-                 {"scores": T(dtype_peer=False, device_peer=False), "cap": CAP})]
+                 # any tensor of scores: an integer one is promoted by the division
+                 {"scores": Bad(), "cap": CAP})]
 
 
 @fuzz("modern.gates_and_caps.softcap_attention")
@@ -268,7 +274,8 @@ def _(s):
     init = {"batch": s.b, "kv_lora_rank": 3, "rope_dim": 2, "max_len": s.n + 2}
     return [
         Call(modern_mla.LatentCache, init, {"batch": POS_INT, "kv_lora_rank": POS_INT, "rope_dim": POS_INT,
-                                            "max_len": POS_INT, "dtype": FLOAT_DTYPE}, "init"),
+                                            # any dtype: update refuses a latent of another
+                                            "max_len": POS_INT, "dtype": Bad()}, "init"),
         Call(lambda **kw: modern_mla.LatentCache(**init).update(**kw), {"c": r(s.b, s.n, 3), "k_rope": r(s.b, s.n, 2)},
              {"c": LATENT_C, "k_rope": LATENT_K_ROPE}, "update"),
     ]
@@ -288,8 +295,10 @@ def _(s):
     cache = lambda: module.make_cache(s.b, s.n + 3)  # noqa: E731
     calls = [Call(modern_mla.MultiHeadLatentAttention, init,
                   {"d_model": POS_INT, "n_heads": POS_INT, "kv_lora_rank": POS_INT, "q_lora_rank": Bad(0, 2.5, True, "2"),
-                   "qk_nope_head_dim": POS_INT, "rope_dim": Bad(0, 3, 2.5, True, "2"), "v_head_dim": POS_INT,
-                   "rope_base": Bad(1.0, float("nan"), float("inf"), "1e4", None, True),
+                   "qk_nope_head_dim": POS_INT, "v_head_dim": POS_INT,
+                   # refused by RoPE's own check, as its rotary_dim and base
+                   "rope_dim": Bad(0, 3, 2.5, True, "2", names=("rotary_dim",)),
+                   "rope_base": Bad(1.0, float("nan"), float("inf"), "1e4", None, True, names=("base",)),
                    "softmax_scale": Bad(0.0, -1.0, float("nan"), "1", True), "norm_eps": Bad(0.0, -1.0, "1e-6", None)},
                   "init")]
     for absorbed in (False, True):
@@ -297,12 +306,15 @@ def _(s):
                           {"x": T(rank=3, tied=(0, 1, 2), names=("attn_mask",)),
                            "attn_mask": T(BOOL, tied=(0, 2, 3), lead_fixed=True)}, f"absorbed={absorbed}"))
         calls.append(Call(lambda **kw: forward(cache=cache(), **kw), {"x": x, "absorbed": absorbed},
-                          {"x": T(rank=3, tied=(0, 2), names=("cache",))}, f"cached, absorbed={absorbed}"))
+                          {"x": T(rank=3, tied=(0, 2), names=("c",))}, f"cached, absorbed={absorbed}"))
+    # A cache that does not fit the layer is refused by LatentCache.update, by the latent c
+    # or the key k_rope it is handed; a non-cache object is not something a caller passes.
     calls.append(Call(forward, {"x": x, "cache": cache()},
-                      {"cache": Bad(3, "cache", modern_mla.LatentCache(s.b + 1, 3, 2, 9),
+                      {"cache": Bad(modern_mla.LatentCache(s.b + 1, 3, 2, 9),
                                     modern_mla.LatentCache(s.b, 4, 2, 9), modern_mla.LatentCache(s.b, 3, 4, 9),
                                     modern_mla.LatentCache(s.b, 3, 2, 9, dtype=torch.float64),
-                                    modern_mla.LatentCache(s.b, 3, 2, 9, device=OTHER_DEVICE))}, "cache"))
+                                    modern_mla.LatentCache(s.b, 3, 2, 9, device=OTHER_DEVICE),
+                                    names=("c", "k_rope"))}, "cache"))
     return calls
 
 
@@ -424,14 +436,14 @@ def _(s):
               "partial_rotary_factor": Bad(0.0, 1.5, 0.375, "0.5", None)}, "default"),
         Call(fn, {**base, "rope_type": "linear", "factor": 4.0}, {"factor": ROPE_FACTOR}, "linear"),
         Call(fn, {**base, "rope_type": "dynamic", "factor": 2.0, "original_max_position_embeddings": 16, "seq_len": 40},
-             {"factor": ROPE_FACTOR, "original_max_position_embeddings": MODERN_INT, "seq_len": NONNEG_INT}, "dynamic"),
+             {"factor": ROPE_FACTOR, "original_max_position_embeddings": ORIGINAL_L, "seq_len": NONNEG_INT}, "dynamic"),
         Call(fn, {**base, "rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64, "beta_fast": 16.0,
                   "mscale": 0.7, "mscale_all_dim": 1.0},
-             {"factor": ROPE_FACTOR, "original_max_position_embeddings": MODERN_INT,
+             {"factor": ROPE_FACTOR, "original_max_position_embeddings": ORIGINAL_L,
               "beta_fast": YARN_SPECS["beta_fast"], "beta_slow": YARN_SPECS["beta_slow"],
               "attention_factor": Bad(0.0, -1.0, float("nan"), "1", True), "mscale": Bad(-1.0, "1", True)}, "yarn"),
         Call(fn, {**base, "rope_type": "llama3", "factor": 8.0, "original_max_position_embeddings": 64},
-             {"factor": ROPE_FACTOR, "original_max_position_embeddings": MODERN_INT,
+             {"factor": ROPE_FACTOR, "original_max_position_embeddings": ORIGINAL_L,
               "low_freq_factor": Bad(0.0, "1", None), "high_freq_factor": Bad(0.5, "4", None)}, "llama3"),
     ]
 
@@ -473,7 +485,7 @@ def _(s):
         calls += [
             Call(modern_rope.ScaledRotaryEmbedding, {"d_head": d, **rope},
                  {"d_head": Bad(1, 2.5, True, "8"), "rope_type": Bad("ntk", 3, None), "factor": ROPE_FACTOR,
-                  "original_max_position_embeddings": MODERN_INT}, f"init {rope['rope_type']}"),
+                  "original_max_position_embeddings": ORIGINAL_L}, f"init {rope['rope_type']}"),
             Call(lambda module=module, **kw: module(kw.pop("q"), kw.pop("k"), **kw),
                  {"q": r(s.b, s.h, 1, d), "k": r(s.b, 1, s.m, d), "offset": 3},
                  {"q": T(rank=4, tied=(-1,), dtype_peer=False, names=("k",)),

@@ -399,9 +399,9 @@ def test_validation_messages():
         rope_inv_freq(64, rope_type="longrope")
     with pytest.raises(ValueError, match=r"factor must be a finite number >= 1.0, got 0.5"):
         rope_inv_freq(64, rope_type="linear", factor=0.5)
-    with pytest.raises(ValueError, match=r"original_max_position_embeddings must be an int >= 1, got None"):
+    with pytest.raises(ValueError, match=r"original_length must be an int >= 1, got None"):
         rope_inv_freq(64, rope_type="yarn", factor=4.0)
-    with pytest.raises(ValueError, match=r"original_max_position_embeddings must be an int >= 1, got 0"):
+    with pytest.raises(ValueError, match=r"original_length must be an int >= 1, got 0"):
         rope_inv_freq(64, rope_type="llama3", factor=4.0, original_max_position_embeddings=0)
     with pytest.raises(ValueError, match=r"attention_factor must be a finite number > 0.0, got -1.0"):
         rope_inv_freq(64, attention_factor=-1.0)
@@ -467,9 +467,9 @@ def test_apply_validation_messages():
     with pytest.raises(ValueError, match=r"bos_id must be an int >= 0, got '0'"):
         nope_positions(torch.tensor([[0, 1, 2]]), bos_id="0")
     with pytest.raises(ValueError, match=r"tokens must hold bos_id=0 first in each row and only there, "
-                                         r"got 0 of 1 and 1 later"):
+                                         r"got it at \(row, column\) \[\[0, 1\]\]"):
         nope_positions(torch.tensor([[1, 0, 2]]), bos_id=0)
-    with pytest.raises(ValueError, match=r"got 2 of 2 and 1 later"):
+    with pytest.raises(ValueError, match=r"got it at \(row, column\) \[\[0, 0\], \[1, 0\], \[1, 1\]\]"):
         nope_positions(torch.tensor([[0, 1, 2], [0, 0, 2]]), bos_id=0)
     with pytest.raises(ValueError, match=r"tokens must be a tensor \(integer dtype, rank in \(2,\)\) .*got torch.float32"):
         nope_positions(torch.zeros(1, 3), bos_id=0)

@@ -229,18 +229,18 @@ def test_gradcheck_float64():
 
 
 def test_table_validation():
-    with pytest.raises(ValueError, match=r"rotary_dim must be an even int >= 2, got 7"):
+    with pytest.raises(ValueError, match=r"rotary_dim must be an even int >= 2 .*got rotary_dim=7"):
         tables(4, 7)
-    with pytest.raises(ValueError, match=r"base must be a finite number > 1, got 1.0"):
+    with pytest.raises(ValueError, match=r"base a finite number > 1, got .*base=1.0"):
         tables(4, 8, base=1.0)
-    with pytest.raises(ValueError, match=r"base must be a finite number > 1, got '1e4'"):
+    with pytest.raises(ValueError, match=r"base a finite number > 1, got .*base='1e4'"):
         tables(4, 8, base="1e4")
-    with pytest.raises(TypeError, match=r"positions must be an integer tensor \(N,\) or "
-                                        r"\(B, N\), got torch.float32 \(4,\)"):
-        rotary_tables(torch.arange(4.0), 8)
-    with pytest.raises(TypeError, match=r"positions must be an integer tensor .*, got \[0, 1, 2\]"):
+    with pytest.raises(TypeError, match=r"positions must be \(N,\) or "
+                                        r"\(B, N\), got torch.int64 \(1, 2, 4\)"):
+        rotary_tables(torch.arange(8).view(1, 2, 4), 8)
+    with pytest.raises(TypeError, match=r"positions must be .*, got \[0, 1, 2\]"):
         rotary_tables([0, 1, 2], 8)
-    with pytest.raises(ValueError, match=r"rotary_dim must be an even int >= 2, got 5"):
+    with pytest.raises(ValueError, match=r"rotary_dim must be an even int >= 2 .*got rotary_dim=5"):
         RotaryEmbedding(5)
 
 
@@ -248,10 +248,10 @@ def test_a_table_shorter_than_x_is_named_not_an_index_error():
     """Four tokens and a three-row table: a ValueError naming N and the table's
     shape (once a raw IndexError, "index 3 is out of bounds")."""
     cos, sin = tables(3, 8)
-    with pytest.raises(ValueError, match=r"cos must be \(N, r/2\) or \(B, N, r/2\) like cos on cpu, with "
-                                         r"N = 4, r <= d = 8 and B = 2, got torch.float64 \(3, 4\)"):
+    with pytest.raises(ValueError, match=r"cos must be \(N, r/2\) or \(B, N, r/2\) like cos on cpu, "
+                                         r"N=4, B=2, r <= d=8, got torch.float64 \(3, 4\)"):
         apply_rotary(_x(n=4), cos, sin)
-    with pytest.raises(ValueError, match=r"with N = 2, .*got .* \(3, 4\)"):  # nor longer
+    with pytest.raises(ValueError, match=r"N=2, .*got .* \(3, 4\)"):  # nor longer
         apply_rotary(_x(n=2), cos, sin)
 
 
@@ -266,13 +266,13 @@ def test_apply_validation():
         apply_rotary(x.long(), cos, sin)
     with pytest.raises(TypeError, match=r"x must be a floating tensor .*, got torch.float32 \(8,\)"):
         apply_rotary(torch.randn(8), cos, sin)
-    with pytest.raises(ValueError, match=r"r <= d = 6 and B = 2, got .* \(4, 4\)"):
+    with pytest.raises(ValueError, match=r"B=2, r <= d=6, got .* \(4, 4\)"):
         apply_rotary(x[..., :6], cos, sin)
     with pytest.raises(ValueError, match=r"sin must be .* on cpu, .*on meta"):
         apply_rotary(x, cos, sin.to("meta"))
     with pytest.raises(ValueError, match=r"sin must be \(N, r/2\) or \(B, N, r/2\) like cos .*got .* \(4, 3\)"):
         apply_rotary(x, cos, sin[..., :3])
-    with pytest.raises(ValueError, match=r"and B = 2, got .* \(3, 4, 4\)"):
+    with pytest.raises(ValueError, match=r"B=2, .*got .* \(3, 4, 4\)"):
         apply_rotary(x, *rotary_tables(torch.arange(4).expand(3, 4), 8))
 
 
@@ -283,15 +283,15 @@ def test_module_validation():
         rope(x, x, offset=-2)
     with pytest.raises(ValueError, match=r"q may not be longer than k, .* got N=4, M=2, offset=0"):
         rope(x, x[..., :2, :])
-    with pytest.raises(TypeError, match=r"k must be a floating tensor \(B, heads, length, 8\) on k's device, "
-                                        r"got torch.float32 \(8,\)"):
+    with pytest.raises(ValueError, match=r"k must be a floating tensor \(B, heads, length, 8\) on k's device, "
+                                         r"got torch.float32 \(8,\)"):
         rope(torch.randn(8), torch.randn(8))
     with pytest.raises(ValueError, match=r"k must be a floating tensor \(B, heads, length, 8\) on k's device, "
                                          r"got torch.float32 \(2, 3, 4, 6\)"):
         rope(x, x[..., :6])
-    with pytest.raises(TypeError, match=r"k must be a floating tensor .*, got \[1.0\]"):
+    with pytest.raises(ValueError, match=r"k must be a floating tensor .*, got \[1.0\]"):
         rope(x, [1.0])
-    with pytest.raises(TypeError, match=r"q must be a floating tensor .*, got torch.int64"):
+    with pytest.raises(ValueError, match=r"q must be a floating tensor .*, got torch.int64"):
         rope(x.long(), x)
     with pytest.raises(ValueError, match=r"q must be .* on k's device, got torch.float32 \(2, 3, 4, 8\) on cpu"):
         rope(x, x.to("meta"))

@@ -292,7 +292,7 @@ def test_named_errors():
         TT.value_residual_attention(q, k, v, v[..., :3])
     with pytest.raises(ValueError, match=r"gate must be a floating \(2, 2, 6, 1\) tensor"):
         TT.value_residual_attention(q, k, v, v, gate=torch.ones(2, 2, 6, 4, dtype=F64))
-    with pytest.raises(TypeError, match=r"q must be a floating .*got "):
+    with pytest.raises(ValueError, match=r"q must be a floating .*got "):
         TT.exclusive_attention(q.long(), k, v)
     with pytest.raises(ValueError, match=r"pre must be a floating \(2, c_q, c_k\) tensor"):
         TT.multi_token_attention(q, k, v, torch.ones(3, 1, 1, dtype=F64))

@@ -46,30 +46,25 @@ def _got(t: object) -> str:
 
 
 def _check_rotary_tables(positions: torch.Tensor, rotary_dim: int, base: float) -> None:
-    """Refuse positions unless integer (N,) or (B, N), odd rotary_dim, base <= 1."""
-    p = positions
-    if not torch.is_tensor(p) or p.is_floating_point() or p.dtype == torch.bool \
-            or p.dim() not in (1, 2):
-        raise TypeError(f"positions must be an integer tensor (N,) or (B, N), "
-                        f"got {_got(p)}")
-    if not isinstance(rotary_dim, int) or rotary_dim < 2 or rotary_dim % 2:
-        raise ValueError(f"rotary_dim must be an even int >= 2, got {rotary_dim!r}")
-    if not (isinstance(base, (int, float)) and math.isfinite(base) and base > 1):
-        raise ValueError(f"base must be a finite number > 1, got {base!r}")
+    """Refuse positions unless (N,) or (B, N), odd rotary_dim, base <= 1."""
+    if not torch.is_tensor(positions) or positions.dim() not in (1, 2):
+        raise TypeError(f"positions must be (N,) or (B, N), got {_got(positions)}")
+    if rotary_dim < 2 or rotary_dim % 2 or not (
+            isinstance(base, (int, float)) and 1 < base < math.inf):
+        raise ValueError(f"rotary_dim must be an even int >= 2 and base a finite "
+                         f"number > 1, got rotary_dim={rotary_dim!r}, base={base!r}")
 
 
 def _check_apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> None:
     """Refuse x unless floating (B, H, N, d), cos and sin unless one table fitting x."""
     if not torch.is_tensor(x) or not x.is_floating_point() or x.dim() != 4:
         raise TypeError(f"x must be a floating tensor (B, H, N, d), got {_got(x)}")
-    (b, _, n, d), lead = x.shape, (cos.shape[:1] if torch.is_tensor(cos) else ())
+    b, _, n, d = x.shape
     for name, t in (("cos", cos), ("sin", sin)):  # cos first: sin must match it
-        ok = torch.is_tensor(t) and t.shape == cos.shape and t.device == x.device
-        if not ok or t.dim() not in (2, 3) or t.shape[-2] != n or 2 * t.shape[-1] > d \
-                or t.dim() == 3 and lead != (b,):
+        if not torch.is_tensor(t) or t.shape != cos.shape or t.device != x.device \
+                or t.shape[:-1] not in ((n,), (b, n)) or 2 * t.shape[-1] > d:
             raise ValueError(f"{name} must be (N, r/2) or (B, N, r/2) like cos on "
-                             f"{x.device}, with N = {n}, r <= d = {d} and B = {b}, "
-                             f"got {_got(t)}")
+                             f"{x.device}, N={n}, B={b}, r <= d={d}, got {_got(t)}")
 # --8<-- [end:check_rotary]
 
 
@@ -137,11 +132,10 @@ class RotaryEmbedding(nn.Module):
         """Refuse q and k that are not (B, heads, length, d_head) floats on one device,
         q longer than k, or an offset that is not an int >= 0."""
         for name, t in (("k", k), ("q", q)):  # k first: q must be on k's device
-            ok = torch.is_tensor(t) and t.is_floating_point() and t.dim() == 4
-            if not ok or t.shape[-1] != self.d_head or t.device != k.device:
-                raise (ValueError if ok else TypeError)(
-                    f"{name} must be a floating tensor (B, heads, length, "
-                    f"{self.d_head}) on k's device, got {_got(t)}")
+            if not torch.is_tensor(t) or not t.is_floating_point() or t.dim() != 4 \
+                    or t.shape[-1] != self.d_head or t.device != k.device:
+                raise ValueError(f"{name} must be a floating tensor (B, heads, length, "
+                                 f"{self.d_head}) on k's device, got {_got(t)}")
         if q.shape[-2] > k.shape[-2] or not isinstance(offset, int) or offset < 0:
             raise ValueError(f"q may not be longer than k, offset must be an int >= 0, "
                              f"got N={q.shape[-2]}, M={k.shape[-2]}, offset={offset!r}")

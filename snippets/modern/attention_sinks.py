@@ -107,30 +107,25 @@ def _got(t: object) -> str:
 
 
 def _check_rotary_tables(positions: torch.Tensor, rotary_dim: int, base: float) -> None:
-    """Refuse positions unless integer (N,) or (B, N), odd rotary_dim, base <= 1."""
-    p = positions
-    if not torch.is_tensor(p) or p.is_floating_point() or p.dtype == torch.bool \
-            or p.dim() not in (1, 2):
-        raise TypeError(f"positions must be an integer tensor (N,) or (B, N), "
-                        f"got {_got(p)}")
-    if not isinstance(rotary_dim, int) or rotary_dim < 2 or rotary_dim % 2:
-        raise ValueError(f"rotary_dim must be an even int >= 2, got {rotary_dim!r}")
-    if not (isinstance(base, (int, float)) and math.isfinite(base) and base > 1):
-        raise ValueError(f"base must be a finite number > 1, got {base!r}")
+    """Refuse positions unless (N,) or (B, N), odd rotary_dim, base <= 1."""
+    if not torch.is_tensor(positions) or positions.dim() not in (1, 2):
+        raise TypeError(f"positions must be (N,) or (B, N), got {_got(positions)}")
+    if rotary_dim < 2 or rotary_dim % 2 or not (
+            isinstance(base, (int, float)) and 1 < base < math.inf):
+        raise ValueError(f"rotary_dim must be an even int >= 2 and base a finite "
+                         f"number > 1, got rotary_dim={rotary_dim!r}, base={base!r}")
 
 
 def _check_apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> None:
     """Refuse x unless floating (B, H, N, d), cos and sin unless one table fitting x."""
     if not torch.is_tensor(x) or not x.is_floating_point() or x.dim() != 4:
         raise TypeError(f"x must be a floating tensor (B, H, N, d), got {_got(x)}")
-    (b, _, n, d), lead = x.shape, (cos.shape[:1] if torch.is_tensor(cos) else ())
+    b, _, n, d = x.shape
     for name, t in (("cos", cos), ("sin", sin)):  # cos first: sin must match it
-        ok = torch.is_tensor(t) and t.shape == cos.shape and t.device == x.device
-        if not ok or t.dim() not in (2, 3) or t.shape[-2] != n or 2 * t.shape[-1] > d \
-                or t.dim() == 3 and lead != (b,):
+        if not torch.is_tensor(t) or t.shape != cos.shape or t.device != x.device \
+                or t.shape[:-1] not in ((n,), (b, n)) or 2 * t.shape[-1] > d:
             raise ValueError(f"{name} must be (N, r/2) or (B, N, r/2) like cos on "
-                             f"{x.device}, with N = {n}, r <= d = {d} and B = {b}, "
-                             f"got {_got(t)}")
+                             f"{x.device}, N={n}, B={b}, r <= d={d}, got {_got(t)}")
 # --8<-- [end:check_rotary]
 
 
@@ -272,11 +267,10 @@ def sink_window_mask(
     Returns:
         ``(n_queries, n_keys)``, boolean.
     """
-    _check_counts(window=window)
-    if not all(isinstance(a, int) and a >= 0 for a in (n_queries, n_keys, n_sink)) \
-            or n_queries > n_keys:
-        raise ValueError(f"n_queries, n_keys and n_sink must be ints >= 0 with "
-                         f"n_queries <= n_keys, got {(n_queries, n_keys, n_sink)}")
+    if n_queries > n_keys or not all(isinstance(a, int) and a >= 0
+                                     for a in (n_queries, n_keys, n_sink, window - 1)):
+        raise ValueError(f"need ints 0 <= n_queries <= n_keys, n_sink >= 0, window >= 1"
+                         f", got {(n_queries, n_keys, n_sink, window)}")
     query_pos = torch.arange(n_keys - n_queries, n_keys, device=device)  # (N,)
     key_pos = torch.arange(n_keys, device=device)  # (M,)
     return streaming_mask(query_pos, key_pos, n_sink, window)
@@ -295,9 +289,9 @@ class SinkCache:
     """
 
     def __init__(self, n_sink: int, window: int) -> None:
-        _check_counts(window=window)
-        if not isinstance(n_sink, int) or n_sink < 0:
-            raise ValueError(f"n_sink must be an int >= 0, got {n_sink!r}")
+        if not all(isinstance(a, int) and a >= 0 for a in (n_sink, window - 1)):
+            raise ValueError(f"n_sink must be an int >= 0 and window an int >= 1, got "
+                             f"{n_sink=}, {window=}")
         self.n_sink, self.window = n_sink, window
         self.keys: torch.Tensor | None = None  # (B, H, L, d), not rotated
         self.values: torch.Tensor | None = None  # (B, H, L, d_v)
@@ -326,11 +320,10 @@ class SinkCache:
     # --8<-- [end:cache]
 
     def _check_update(self, k: torch.Tensor, v: torch.Tensor) -> None:
-        old_k, old_v = self.keys, self.values
-        b, h, _, d = (None,) * 4 if old_k is None else old_k.shape
-        _check_float_tensor("k", k, (b, h, None, d), like=old_k)
-        v_shape = (*k.shape[:3], None if old_v is None else old_v.shape[3])
-        _check_float_tensor("v", v, v_shape, like=k)
+        b, h, _, d = (None,) * 4 if self.keys is None else self.keys.shape
+        _check_float_tensor("k", k, (b, h, None, d), like=self.keys)
+        d_v = None if self.values is None else self.values.shape[3]
+        _check_float_tensor("v", v, (*k.shape[:3], d_v), like=k)
 
 
 # --8<-- [start:streaming]
@@ -380,7 +373,6 @@ def streaming_attention(
     if q.shape[-2] != k.shape[-2] or positions not in ("cache", "original"):
         raise ValueError(f"q and k must have one length N and positions be 'cache' or "
                          f"'original', got {q.shape[-2]}, {k.shape[-2]}, {positions!r}")
-    _check_num("base", base, 1.0, optional=False)
     acc = torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype
     renumber = positions == "cache"
     q, k, w = q.to(acc), k.to(acc), v.to(acc)

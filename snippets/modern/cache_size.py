@@ -36,9 +36,9 @@ __all__ = [
 KINDS = ("full_attention", "sliding_attention", "chunked_attention", "linear_attention")
 
 
-def _check_cache_ints(minimum: int, **values: object) -> None:
-    """Every value is an int >= minimum."""
-    for name, value in values.items():
+def _check_cache_ints(**values: tuple) -> None:
+    """Every name=(value, minimum): the value is an int >= minimum."""
+    for name, (value, minimum) in values.items():
         if not isinstance(value, int) or value < minimum:
             raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
 
@@ -54,7 +54,7 @@ def mha_cache_elements(n_kv_heads: int, d_k: int, d_v: int | None = None) -> int
     grouped-query with ``H_kv``, multi-query with 1. ``d_v`` defaults to ``d_k``.
     """
     d_v = d_k if d_v is None else d_v
-    _check_cache_ints(1, n_kv_heads=n_kv_heads, d_k=d_k, d_v=d_v)
+    _check_cache_ints(n_kv_heads=(n_kv_heads, 1), d_k=(d_k, 1), d_v=(d_v, 1))
     return n_kv_heads * (d_k + d_v)
 
 
@@ -64,8 +64,7 @@ def mla_cache_elements(kv_lora_rank: int, rope_dim: int) -> int:
     The latent ``c`` and the one rotary key shared by all heads; no head count
     appears. DeepSeek-V3 and Kimi K2: 512 + 64 = 576.
     """
-    _check_cache_ints(1, kv_lora_rank=kv_lora_rank)
-    _check_cache_ints(0, rope_dim=rope_dim)
+    _check_cache_ints(kv_lora_rank=(kv_lora_rank, 1), rope_dim=(rope_dim, 0))
     return kv_lora_rank + rope_dim
 
 
@@ -83,14 +82,14 @@ def cached_tokens(
     start of its chunk; serving code allocates the whole chunk);
     ``linear_attention``: none (a fixed-size recurrent state, not a cache).
     """
-    _check_cache_ints(0, seq_len=seq_len)
+    _check_cache_ints(seq_len=(seq_len, 0))
     if kind == "full_attention":
         return seq_len
     if kind == "sliding_attention":
-        _check_cache_ints(1, window=window)  # None: the window was not given
+        _check_cache_ints(window=(window, 1))  # None: the window was not given
         return min(seq_len, window)
     if kind == "chunked_attention":
-        _check_cache_ints(1, chunk=chunk)
+        _check_cache_ints(chunk=(chunk, 1))
         return min(seq_len, chunk)
     if kind == "linear_attention":
         return 0
@@ -131,9 +130,8 @@ def model_cache_bytes(
     if not isinstance(layer_types, (list, tuple)) or not all(
             kind in KINDS for kind in layer_types):
         raise ValueError(f"layer_types must be a list of {KINDS}, got {layer_types!r}")
-    _check_cache_ints(1, elements_per_token=elements_per_token,
-                      bytes_per_element=bytes_per_element)
-    _check_cache_ints(0, batch=batch)
+    _check_cache_ints(elements_per_token=(elements_per_token, 1), batch=(batch, 0),
+                      bytes_per_element=(bytes_per_element, 1))
     tokens = sum(
         cached_tokens(kind, seq_len, window=window, chunk=chunk) for kind in layer_types
     )

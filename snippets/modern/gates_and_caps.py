@@ -107,7 +107,7 @@ def _masked_softmax(
 # --8<-- [start:softcap]
 def softcap(scores: torch.Tensor, cap: float) -> torch.Tensor:
     """c tanh(s / c): the identity for |s| << c, never beyond +-c."""
-    _check_softcap(scores, cap)
+    _check_num("cap", cap, optional=False)  # any scores: integers are promoted
     return cap * torch.tanh(scores / cap)
 
 
@@ -119,11 +119,6 @@ def capped_attention(q, k, v, cap: float, allowed, scale: float) -> torch.Tensor
     weights = _masked_softmax(scores, allowed)  # (B, H, N, M)
     return weights @ v  # (B, H, N, M) @ (B, H, M, d_v) -> (B, H, N, d_v)
 # --8<-- [end:softcap]
-
-
-def _check_softcap(scores: object, cap: object) -> None:
-    _check_num("cap", cap, optional=False)
-    _check_float_tensor("scores", scores, tuple(getattr(scores, "shape", ())))
 
 
 def softcap_attention(
@@ -149,8 +144,7 @@ def softcap_attention(
         ``(B, H, N, d_v)``; a row with no allowed key is zero. Scores and
         softmax run in float32 for half inputs.
     """
-    _check_attend_args(q, k, v, attn_mask, scale)
-    _check_num("cap", cap, optional=False)
+    _check_attend_args(q, k, v, attn_mask, scale)  # softcap checks cap
     scale = q.shape[-1] ** -0.5 if scale is None else scale
     acc = torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype
     out = capped_attention(q.to(acc), k.to(acc), v.to(acc), cap, attn_mask, scale)
@@ -220,9 +214,8 @@ class OutputGate(nn.Module):
     # --8<-- [end:gate]
 
     def _check_forward(self, x: torch.Tensor, out: torch.Tensor) -> None:
-        w = self.gate_proj.weight
-        _check_float_tensor("x", x, w.shape[1], w)
-        _check_float_tensor("out", out, (*x.shape[:-1], self.n_heads * self.d_head), w)
+        _check_float_tensor("x", x, self.gate_proj.in_features, self.gate_proj.weight)
+        _check_float_tensor("out", out, (*x.shape[:-1], self.n_heads * self.d_head), x)
 
 
 def split_fused_q_gate(

@@ -93,30 +93,25 @@ def _got(t: object) -> str:
 
 
 def _check_rotary_tables(positions: torch.Tensor, rotary_dim: int, base: float) -> None:
-    """Refuse positions unless integer (N,) or (B, N), odd rotary_dim, base <= 1."""
-    p = positions
-    if not torch.is_tensor(p) or p.is_floating_point() or p.dtype == torch.bool \
-            or p.dim() not in (1, 2):
-        raise TypeError(f"positions must be an integer tensor (N,) or (B, N), "
-                        f"got {_got(p)}")
-    if not isinstance(rotary_dim, int) or rotary_dim < 2 or rotary_dim % 2:
-        raise ValueError(f"rotary_dim must be an even int >= 2, got {rotary_dim!r}")
-    if not (isinstance(base, (int, float)) and math.isfinite(base) and base > 1):
-        raise ValueError(f"base must be a finite number > 1, got {base!r}")
+    """Refuse positions unless (N,) or (B, N), odd rotary_dim, base <= 1."""
+    if not torch.is_tensor(positions) or positions.dim() not in (1, 2):
+        raise TypeError(f"positions must be (N,) or (B, N), got {_got(positions)}")
+    if rotary_dim < 2 or rotary_dim % 2 or not (
+            isinstance(base, (int, float)) and 1 < base < math.inf):
+        raise ValueError(f"rotary_dim must be an even int >= 2 and base a finite "
+                         f"number > 1, got rotary_dim={rotary_dim!r}, base={base!r}")
 
 
 def _check_apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> None:
     """Refuse x unless floating (B, H, N, d), cos and sin unless one table fitting x."""
     if not torch.is_tensor(x) or not x.is_floating_point() or x.dim() != 4:
         raise TypeError(f"x must be a floating tensor (B, H, N, d), got {_got(x)}")
-    (b, _, n, d), lead = x.shape, (cos.shape[:1] if torch.is_tensor(cos) else ())
+    b, _, n, d = x.shape
     for name, t in (("cos", cos), ("sin", sin)):  # cos first: sin must match it
-        ok = torch.is_tensor(t) and t.shape == cos.shape and t.device == x.device
-        if not ok or t.dim() not in (2, 3) or t.shape[-2] != n or 2 * t.shape[-1] > d \
-                or t.dim() == 3 and lead != (b,):
+        if not torch.is_tensor(t) or t.shape != cos.shape or t.device != x.device \
+                or t.shape[:-1] not in ((n,), (b, n)) or 2 * t.shape[-1] > d:
             raise ValueError(f"{name} must be (N, r/2) or (B, N, r/2) like cos on "
-                             f"{x.device}, with N = {n}, r <= d = {d} and B = {b}, "
-                             f"got {_got(t)}")
+                             f"{x.device}, N={n}, B={b}, r <= d={d}, got {_got(t)}")
 # --8<-- [end:check_rotary]
 
 
@@ -194,8 +189,6 @@ class LatentCache:
                  device: torch.device | str | None = None) -> None:
         _check_counts(batch=batch, kv_lora_rank=kv_lora_rank, rope_dim=rope_dim,
                      max_len=max_len)
-        if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
-            raise TypeError(f"dtype must be a floating torch.dtype, got {dtype!r}")
         b = batch
         self.c = torch.zeros(b, max_len, kv_lora_rank, dtype=dtype, device=device)
         self.k_rope = torch.zeros(b, max_len, rope_dim, dtype=dtype, device=device)
@@ -264,9 +257,8 @@ class MultiHeadLatentAttention(nn.Module):
         _check_counts(d_model=d_model, n_heads=n_heads, kv_lora_rank=kv_lora_rank,
                      qk_nope_head_dim=qk_nope_head_dim, v_head_dim=v_head_dim,
                      q_lora_rank=1 if q_lora_rank is None else q_lora_rank)
-        if not isinstance(rope_dim, int) or rope_dim < 2 or rope_dim % 2:
-            raise ValueError(f"rope_dim must be an even int >= 2, got {rope_dim!r}")
-        _check_num("rope_base", rope_base, 1.0, optional=False)
+        # RoPE's own check: rope_dim is its rotary_dim, rope_base its base
+        _check_rotary_tables(torch.zeros(0, dtype=torch.long), rope_dim, rope_base)
         _check_num("norm_eps", norm_eps, optional=False)
         _check_num("softmax_scale", softmax_scale)
         self.d_model, self.n_heads = d_model, n_heads
@@ -381,14 +373,9 @@ class MultiHeadLatentAttention(nn.Module):
     # --8<-- [end:forward]
 
     def _check_forward(self, x, cache, attn_mask) -> None:
-        w, c = self.kv_down.weight, getattr(cache, "c", None)
+        """x and the mask; cache.update refuses a cache that the new c does not fit."""
+        w = self.kv_down.weight
         _check_float_tensor("x", x, (None, None, self.d_model), like=w)
-        (b, n, _), d_r = x.shape, getattr(cache, "k_rope", x).shape[-1]
-        want = (b, self.kv_lora_rank, self.d_rope, x.dtype, x.device)
-        got = type(cache).__name__ if c is None else (
-            c.shape[0], c.shape[2], d_r, c.dtype, c.device)
-        if cache is not None and got != want:
-            raise ValueError(f"cache must hold (B, d_c, d_R, dtype, device) = {want} "
-                             f"like x (see make_cache), got {got}")
+        b, n, _ = x.shape
         m = n + (0 if cache is None else cache.seq_len)
         _check_bool_mask("attn_mask", attn_mask, (b, self.n_heads, n, m), x.device)

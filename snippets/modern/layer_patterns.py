@@ -51,9 +51,9 @@ LAYER_KINDS = (
 
 
 # --8<-- [start:validate]
-def _check_layer_counts(minimum: int, **values: object) -> None:
-    """Every value is an int >= minimum."""
-    for name, value in values.items():
+def _check_layer_counts(**values: tuple) -> None:
+    """Every name=(value, minimum): the value is an int >= minimum."""
+    for name, (value, minimum) in values.items():
         if not isinstance(value, int) or value < minimum:
             raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
 
@@ -91,8 +91,7 @@ def periodic_layer_types(
     Returns:
         A list of ``n_layers`` layer kinds.
     """
-    _check_layer_counts(0, n_layers=n_layers)
-    _check_layer_counts(1, period=period)
+    _check_layer_counts(n_layers=(n_layers, 0), period=(period, 1))
     _check_layer_kind("local", local)
     _check_layer_kind("glob", glob)
     return [glob if (i + 1) % period == 0 else local for i in range(n_layers)]
@@ -104,10 +103,10 @@ def rope_layers(n_layers: int, nope_interval: int | None = None) -> list[bool]:
     Llama 4 drops RoPE in layers 3, 7, 11, ... (``nope_interval=4``); those are
     also its global layers. ``None`` means every layer uses RoPE.
     """
-    _check_layer_counts(0, n_layers=n_layers)
+    _check_layer_counts(n_layers=(n_layers, 0))
     if nope_interval is None:
         return [True] * n_layers
-    _check_layer_counts(1, nope_interval=nope_interval)
+    _check_layer_counts(nope_interval=(nope_interval, 1))
     return [(i + 1) % nope_interval != 0 for i in range(n_layers)]
 
 
@@ -141,21 +140,20 @@ def layer_mask(
         ``(N, M)`` boolean tensor.
     """
     _check_layer_kind("kind", kind, LAYER_KINDS[:3])  # a linear layer has no mask
-    _check_layer_counts(0, n_queries=n_queries)
     m = n_queries if n_keys is None else n_keys
-    _check_layer_counts(n_queries, n_keys=m)
+    _check_layer_counts(n_queries=(n_queries, 0), n_keys=(m, n_queries))
     i = torch.arange(m - n_queries, m, device=device)[
         :, None
     ]  # (N, 1), absolute query positions
     j = torch.arange(m, device=device)  # (M,), key positions
     allowed = j <= i  # (N, M): causal
     if kind == "sliding_attention":
-        _check_layer_counts(1, window=window)  # None: the window was not given
+        _check_layer_counts(window=(window, 1))  # None: the window was not given
         allowed = allowed & (
             j > i - window
         )  # (N, M): the w most recent keys, itself included
     elif kind == "chunked_attention":
-        _check_layer_counts(1, chunk=chunk)
+        _check_layer_counts(chunk=(chunk, 1))
         allowed = allowed & (j // chunk == i // chunk)  # (N, M): same chunk only
     return allowed
 

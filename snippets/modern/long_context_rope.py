@@ -65,29 +65,27 @@ ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "llama3")
 
 
 # --8<-- [start:checks]
-# Where each named argument may lie: (lowest value, whether it is allowed, kind)
+# Where each named argument may lie: (bound, ">=" or ">" the bound, kind)
 _NUM, _INT, _EVEN = "a finite number", "an int", "an even int"
 _RANGES = {
-    "base": (1.0, False, _NUM), "factor": (1.0, True, _NUM),
-    "beta_slow": (0.0, False, _NUM), "beta_fast": (0.0, True, _NUM),
-    "low_freq_factor": (0.0, False, _NUM), "high_freq_factor": (0.0, True, _NUM),
-    "attention_factor": (0.0, False, _NUM), "mscale": (0.0, True, _NUM),
-    "mscale_all_dim": (0.0, True, _NUM), "d_rot": (2, True, _EVEN),
-    "d_head": (2, True, _INT), "seq_len": (0, True, _INT), "offset": (0, True, _INT),
-    "bos_id": (0, True, _INT), "original_length": (1, True, _INT),
-    "original_max_position_embeddings": (1, True, _INT),
+    "base": (1.0, ">", _NUM), "factor": (1.0, ">=", _NUM),
+    "beta_slow": (0.0, ">", _NUM), "beta_fast": (0.0, ">=", _NUM),
+    "low_freq_factor": (0.0, ">", _NUM), "high_freq_factor": (0.0, ">=", _NUM),
+    "attention_factor": (0.0, ">", _NUM), "mscale": (0.0, ">=", _NUM),
+    "mscale_all_dim": (0.0, ">=", _NUM), "d_rot": (2, ">=", _EVEN),
+    "d_head": (2, ">=", _INT), "seq_len": (0, ">=", _INT), "offset": (0, ">=", _INT),
+    "bos_id": (0, ">=", _INT), "original_length": (1, ">=", _INT),
 }
 
 
 def _check_rope_args(**values: object) -> None:
     """Each value within its ``_RANGES`` entry; a pair (value, low) raises the floor."""
     for name, value in values.items():
-        low, closed, kind = _RANGES[name]
+        low, sign, kind = _RANGES[name]
         value, low = value if isinstance(value, tuple) else (value, low)
         num = isinstance(value, int) or kind == _NUM and isinstance(value, float)
-        ok = num and math.isfinite(value) and (value > low or closed and value == low)
+        ok = num and low <= value < math.inf and (sign == ">=" or value > low)
         if not ok or kind == _EVEN and value % 2:
-            sign = ">=" if closed else ">"
             raise ValueError(f"{name} must be {kind} {sign} {low}, got {value!r}")
 
 
@@ -122,10 +120,9 @@ def _check_rope_tokens(tokens: object, bos_id: object) -> None:
     _check_rope_tensor("tokens", tokens, (2,), "integer")
     _check_rope_args(bos_id=bos_id)
     is_bos = tokens == bos_id  # (B, N)
-    starts, later = int(is_bos[:, :1].sum()), int(is_bos[:, 1:].sum())
-    if starts != tokens.shape[0] or later or not tokens.shape[1]:
+    if not tokens.shape[1] or not is_bos[:, 0].all() or is_bos[:, 1:].any():
         raise ValueError(f"tokens must hold bos_id={bos_id} first in each row and only "
-                         f"there, got {starts} of {tokens.shape[0]} and {later} later")
+                         f"there, got it at (row, column) {is_bos.nonzero().tolist()}")
 # --8<-- [end:checks]
 
 
@@ -229,7 +226,7 @@ def dynamic_ntk_base(
     with the length, in the form ``transformers`` uses (for factor 1 the scale is
     the paper's s = max(1, l'/L)).
     """
-    _check_rope_args(seq_len=seq_len, original_length=original_length, factor=factor)
+    _check_rope_args(original_length=original_length, seq_len=seq_len, factor=factor)
     return ntk_aware_base(base, dynamic_scale(factor, seq_len, original_length), d_rot)
 
 
@@ -414,10 +411,7 @@ def rope_inv_freq(
     if rope_type not in ROPE_TYPES:
         raise ValueError(f"rope_type must be one of {list(ROPE_TYPES)}, "
                          f"got {rope_type!r}")
-    d_rot = rotary_dims(d_head, partial_rotary_factor)
-    if rope_type in ("dynamic", "yarn", "llama3"):  # L is needed (None: not given)
-        _check_rope_args(
-            original_max_position_embeddings=original_max_position_embeddings)
+    d_rot = rotary_dims(d_head, partial_rotary_factor)  # L: checked as original_length
     if attention_factor is not None:
         _check_rope_args(attention_factor=attention_factor)
 

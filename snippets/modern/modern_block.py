@@ -126,30 +126,25 @@ def _got(t: object) -> str:
 
 
 def _check_rotary_tables(positions: torch.Tensor, rotary_dim: int, base: float) -> None:
-    """Refuse positions unless integer (N,) or (B, N), odd rotary_dim, base <= 1."""
-    p = positions
-    if not torch.is_tensor(p) or p.is_floating_point() or p.dtype == torch.bool \
-            or p.dim() not in (1, 2):
-        raise TypeError(f"positions must be an integer tensor (N,) or (B, N), "
-                        f"got {_got(p)}")
-    if not isinstance(rotary_dim, int) or rotary_dim < 2 or rotary_dim % 2:
-        raise ValueError(f"rotary_dim must be an even int >= 2, got {rotary_dim!r}")
-    if not (isinstance(base, (int, float)) and math.isfinite(base) and base > 1):
-        raise ValueError(f"base must be a finite number > 1, got {base!r}")
+    """Refuse positions unless (N,) or (B, N), odd rotary_dim, base <= 1."""
+    if not torch.is_tensor(positions) or positions.dim() not in (1, 2):
+        raise TypeError(f"positions must be (N,) or (B, N), got {_got(positions)}")
+    if rotary_dim < 2 or rotary_dim % 2 or not (
+            isinstance(base, (int, float)) and 1 < base < math.inf):
+        raise ValueError(f"rotary_dim must be an even int >= 2 and base a finite "
+                         f"number > 1, got rotary_dim={rotary_dim!r}, base={base!r}")
 
 
 def _check_apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> None:
     """Refuse x unless floating (B, H, N, d), cos and sin unless one table fitting x."""
     if not torch.is_tensor(x) or not x.is_floating_point() or x.dim() != 4:
         raise TypeError(f"x must be a floating tensor (B, H, N, d), got {_got(x)}")
-    (b, _, n, d), lead = x.shape, (cos.shape[:1] if torch.is_tensor(cos) else ())
+    b, _, n, d = x.shape
     for name, t in (("cos", cos), ("sin", sin)):  # cos first: sin must match it
-        ok = torch.is_tensor(t) and t.shape == cos.shape and t.device == x.device
-        if not ok or t.dim() not in (2, 3) or t.shape[-2] != n or 2 * t.shape[-1] > d \
-                or t.dim() == 3 and lead != (b,):
+        if not torch.is_tensor(t) or t.shape != cos.shape or t.device != x.device \
+                or t.shape[:-1] not in ((n,), (b, n)) or 2 * t.shape[-1] > d:
             raise ValueError(f"{name} must be (N, r/2) or (B, N, r/2) like cos on "
-                             f"{x.device}, with N = {n}, r <= d = {d} and B = {b}, "
-                             f"got {_got(t)}")
+                             f"{x.device}, N={n}, B={b}, r <= d={d}, got {_got(t)}")
 # --8<-- [end:check_rotary]
 
 
@@ -448,7 +443,7 @@ class DecoderAttention(nn.Module):
     # --8<-- [start:forward]
     def forward(self, x, *, attn_mask=None, positions=None, is_causal=True):
         """Grouped-query attention with RoPE: (B, N, D) -> (B, N, D)."""
-        self._check_forward(x, attn_mask, positions)
+        self._check_forward(x, attn_mask)
         b, n, _ = x.shape
         q, k, v = self.heads(x)  # (B, H, N, d), (B, H_kv, N, d), (B, H_kv, N, d)
         if self.rope_base is not None:
@@ -466,15 +461,12 @@ class DecoderAttention(nn.Module):
         return self.o_proj(out)  # (B, N, H*d) -> (B, N, D)
     # --8<-- [end:forward]
 
-    def _check_forward(self, x, attn_mask, positions) -> None:
-        w, p = self.q_proj.weight, positions
+    def _check_forward(self, x, attn_mask) -> None:
+        """x and the mask; rotary_tables and apply_rotary check the positions."""
+        w = self.q_proj.weight
         _check_float_tensor("x", x, (None, None, w.shape[1]), w)
-        (b, n, _), dev = x.shape, x.device
-        _check_bool_mask("attn_mask", attn_mask, (b, self.n_heads, n, n), dev)
-        ok = torch.is_tensor(p) and p.shape in ((n,), (b, n)) and p.device == dev
-        if p is not None and not ok:
-            raise ValueError(f"positions must be (N,) or (B, N) = {b, n} on {dev}, "
-                             f"got {_got(p)}")
+        b, n, _ = x.shape
+        _check_bool_mask("attn_mask", attn_mask, (b, self.n_heads, n, n), x.device)
 
     @staticmethod
     def _allowed(attn_mask, is_causal: bool, n: int, device) -> torch.Tensor | None:

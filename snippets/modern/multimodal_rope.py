@@ -283,9 +283,8 @@ def _check_mrope(position_ids, rotary_dim, sections, base):
     """Ids (3, N) or (3, B, N); r even; three sections >= 0 summing to r/2."""
     _check_mm_tensor("position_ids", position_ids, (2, 3), False, lead=(3,))  # t, h, w
     _check_mm_number("rotary_dim", rotary_dim, 1, step=2)
-    ok = isinstance(sections, (list, tuple)) and len(sections) == 3 and all(
-        isinstance(v, int) and v >= 0 for v in sections)
-    if not ok or sum(sections) != rotary_dim // 2:
+    ok = isinstance(sections, (list, tuple)) and len(sections) == 3
+    if not ok or min(sections) < 0 or sum(sections) != rotary_dim // 2:
         raise ValueError(f"sections must be three ints >= 0 summing to rotary_dim / 2 "
                          f"= {rotary_dim // 2}, got {sections!r}")
     _check_mm_number("base", base, 1.0)

@@ -272,9 +272,8 @@ def _check_tweak_tensor(name, t, shape, like=None) -> None:
     if not ok or t.dim() != len(shape) or any(s != n for s, n in zip(shape, t.shape)
             if isinstance(s, int)) or (t.device, t.dtype) != (ref.device, ref.dtype):
         got = f"{tuple(t.shape)} {t.dtype} on {t.device}" if torch.is_tensor(t) else t
-        raise (ValueError if ok else TypeError)(
-            f"{name} must be a floating ({', '.join(map(str, shape))}) tensor on "
-            f"{peer}'s device and dtype, got {got}")
+        raise ValueError(f"{name} must be a floating ({', '.join(map(str, shape))}) "
+                         f"tensor on {peer}'s device and dtype, got {got}")
 
 
 def _check_tweak_number(name, value, high=math.inf) -> None:
