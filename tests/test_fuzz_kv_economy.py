@@ -16,7 +16,8 @@ HEADS4 = T(rank=4, tied=(0, 1, 3))
 @fuzz("efficiency.prefix_cache.block_hashes")
 def _(s):
     return [Call(PC.block_hashes, {"tokens": [1, 2, 3, 4], "block_size": 2},
-                 {"tokens": Bad(3, None), "block_size": Bad(0, -1, 2.5)})]
+                 # tokens: any sequence of ids (a non-sequence fails on len)
+                 {"tokens": Bad(), "block_size": Bad(0, -1, 2.5)})]
 
 
 @fuzz("efficiency.prefix_cache.attend_with_prefix")

@@ -5,7 +5,8 @@ from __future__ import annotations
 from fuzz_support import PROB, Bad, Call, T, fuzz, fuzz_tests, ones, r
 from snippets.efficiency import sdpa_probe as SP
 
-BAD_CASE = Bad(3, None, [("dtype", "float16")], {"dtype": "int8"}, {"colour": 1}, {"n": 0},
+# a case is a dict (a number, None or a list of pairs is not refused by name)
+BAD_CASE = Bad({"dtype": "int8"}, {"colour": 1}, {"n": 0},
                {"d": 2.5}, {"dropout": 1.5}, {"dropout": -0.1}, {"device": "cuda"},
                {"device": "tpu"}, {"torch": "2.12"}, {"mask": "causal-lower"},
                {"h": 8, "h_kv": 3, "enable_gqa": True}, {"h": 8, "h_kv": 2})
@@ -37,7 +38,8 @@ def _(s):
 
 @fuzz("efficiency.sdpa_probe.kernel_that_ran")
 def _(s):
-    return [Call(SP.kernel_that_ran, {"fn": lambda: None}, {"fn": Bad(3, None, "fn")})]
+    # fn: any function of no arguments; a non-function fails on its call
+    return [Call(SP.kernel_that_ran, {"fn": lambda: None}, {"fn": Bad()})]
 
 
 test_valid_calls_run, test_every_way_to_break_each_argument_once, test_malformed_input_gets_a_named_error = (

@@ -38,7 +38,8 @@ def _(s):
     parents = _parents(s)
     args = {"target": target, "prefix": ids(1, s.n, high=11),
             "tree_tokens": ids(len(parents), high=11), "parents": parents}
-    rules = {"target": Bad(3, None, "target"),
+    # target: any model; a non-callable one fails on the call, which names no argument
+    rules = {"target": Bad(),
              "prefix": T(INT, rank=2, tied=(0,), device_peer=False),
              "tree_tokens": T(INT, rank=1, tied=(0,), device_peer=False, names=("parents",)),
              "parents": T(INT, rank=1, tied=(0,), device_peer=False, names=("tree_tokens",))}
@@ -70,7 +71,7 @@ def _(s):
     args = {"target": target, "prefix": ids(1, s.n, high=11),
             "tree_tokens": ids(n, high=11), "parents": parents,
             "q": torch.full((n, 11), 1 / 11), "generator": torch.Generator()}
-    rules = {"target": Bad(3, None, "target"),
+    rules = {"target": Bad(),
              "prefix": T(INT, rank=2, tied=(0,), device_peer=False),
              "tree_tokens": T(INT, rank=1, tied=(0,), device_peer=False, names=("parents",)),
              "parents": T(INT, rank=1, tied=(0,), device_peer=False,
@@ -99,7 +100,7 @@ def _(s):
     d = 2 * s.d
     block = nn.Linear(d, d)
     init = {"d_model": d, "block": block, "eps": 1e-6}
-    init_rules = {"d_model": Bad(0, -1, 2.5), "block": Bad(3, None, lambda x: x),
+    init_rules = {"d_model": Bad(0, -1, 2.5), "block": Bad(),  # any block: not checked
                   "eps": Bad(0.0, -1.0, float("nan"), float("inf"), None)}
     fwd = {"h_prev": r(s.b, s.n, d), "emb": r(s.b, s.n, d)}
     fwd_rules = {"h_prev": T(rank=3, tied=(2,), names=("emb",)),
@@ -119,8 +120,8 @@ def _(s):
             "embed": embed, "head": head}
     rules = {"h0": T(rank=3, tied=(0, 1), dtype_peer=False, device_peer=False),
              "tokens": T(INT, rank=2, tied=(0,), device_peer=False, names=("h0",)),
-             "modules": Bad([], None, [nn.Linear(d, d)]),
-             "embed": Bad(3, None), "head": Bad(3, None)}
+             # the models a caller built: not checked ([] modules drafts nothing)
+             "modules": Bad(), "embed": Bad(), "head": Bad()}
     return [Call(TS.mtp_draft, args, rules)]
 
 

@@ -283,7 +283,8 @@ def test_errors_for_layers_devices_dtypes_and_ids():
     cache = KVCache(2, 1, 2, 4, 3)
     k = torch.zeros(1, 2, 1, 4)
     cases = [
-        (lambda: KVCache(1, 1, 1, 1, 4, dtype=torch.int64), TypeError, r"dtype must be floating, got torch.int64"),
+        (lambda: KVCache(1, 1, 2, 4, 4, dtype=torch.int64).update(0, k, k), ValueError,
+         r"k must fit the cache: \(1, 2, N, 4\) torch.int64 on cpu, got torch.float32"),
         (lambda: cache.update(2, k, k), ValueError, r"layer must be an int in \[0, 2\), got 2"),
         (lambda: cache.update(-1, k, k), ValueError, r"layer must be an int in \[0, 2\), got -1"),
         (lambda: cache.update(0, [0.0], k), ValueError, r"k must fit the cache: \(1, 2, N, 4\) torch.float32 on cpu, got list"),
@@ -305,7 +306,6 @@ def test_model_and_attention_errors():
     cases = [
         (lambda: attention(x.double()), ValueError, r"x must be \(B, N, 8\) torch.float32 on cpu, got torch.float64 \(1, 3, 8\) on cpu"),
         (lambda: attention(x.to("meta")), ValueError, r"x must be \(B, N, 8\) torch.float32 on cpu, got torch.float32 \(1, 3, 8\) on meta"),
-        (lambda: attention(x, "cache"), TypeError, r"cache must be a KVCache, got str"),
         (lambda: attention(x, KVCache(1, 1, 2, 4, 8), 1), ValueError, r"layer must be an int in \[0, 1\), got 1"),
         (lambda: attention(x, KVCache(1, 2, 2, 4, 8)), ValueError,
          r"k must fit the cache: \(2, 2, N, 4\) torch.float32 on cpu, got torch.float32 \(1, 2, 3, 4\)"),
@@ -313,7 +313,6 @@ def test_model_and_attention_errors():
         (lambda: model(torch.ones(1, 2, dtype=torch.bool)), ValueError, r"tokens must be \(B, N\) integer ids on cpu, got torch.bool"),
         (lambda: model(torch.ones(1, 2, dtype=torch.long, device="meta")), ValueError, r"tokens must be \(B, N\) integer ids on cpu, got torch.int64 \(1, 2\) on meta"),
         (lambda: model(torch.ones(2, dtype=torch.long)), ValueError, r"tokens must be \(B, N\) integer ids on cpu, got torch.int64 \(2,\)"),
-        (lambda: generate("model", torch.ones(1, 2, dtype=torch.long), 2), TypeError, r"model must be a TinyDecoder, got str"),
         (lambda: generate(model, torch.tensor([[-1, 2]]), 2), ValueError, r"prompt must lie in \[0, vocab_size=10\), got ids from -1 to 2"),
     ]
     for make, error, match in cases:

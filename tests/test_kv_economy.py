@@ -202,8 +202,15 @@ def test_named_errors(device):
         E.evict(torch.randn(1, 1, 8, 4), torch.tensor([[[0, 9]]]))
     with pytest.raises(ValueError, match=r"budget must be an int >= the window w = 4, got 2"):
         E.snapkv_keep(torch.randn(1, 1, 4, 8), torch.randn(1, 1, 10, 8), 2)
-    with pytest.raises(ValueError, match=r"k_new and k_prefix must be \(1, 1, 2, 4\) and \(B, H, P, d\) as q, got \(1, 1, 3, 4\)"):
+    with pytest.raises(ValueError, match=r"q_window must be a floating \(B, H, L, d\) tensor like k"):
+        E.snapkv_keep(torch.randn(1, 2, 4, 8), torch.randn(1, 1, 10, 8), 6)
+    with pytest.raises(ValueError, match=r"keep must be int64 \(B, H, budget\) like cache, got torch.int32"):
+        E.evict(torch.randn(1, 1, 8, 4), torch.tensor([[[0, 7]]], dtype=torch.int32))
+    with pytest.raises(ValueError, match=r"k_new must be \(1, 1, 2, 4\), got \(1, 1, 3, 4\)"):
         PC.attend_with_prefix(torch.randn(1, 1, 2, 4), torch.randn(1, 1, 3, 4), torch.randn(1, 1, 3, 4),
+                              torch.randn(1, 1, 5, 4), torch.randn(1, 1, 5, 4))
+    with pytest.raises(ValueError, match=r"v_prefix must be \(1, 1, 5, 3\), got \(1, 1, 5, 4\)"):
+        PC.attend_with_prefix(torch.randn(1, 1, 2, 4), torch.randn(1, 1, 2, 4), torch.randn(1, 1, 2, 3),
                               torch.randn(1, 1, 5, 4), torch.randn(1, 1, 5, 4))
 
 

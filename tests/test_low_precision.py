@@ -224,7 +224,7 @@ def test_named_errors():
         LP.fp8_attention(q, q[..., :7, :], q)
     with pytest.raises(ValueError, match=r"rotation must be None or a \(4, 4\) tensor, got"):
         LP.fp8_attention(q, q, q, rotation=torch.eye(3))
-    with pytest.raises(ValueError, match=r"q must have 4 dims, got"):
+    with pytest.raises(ValueError, match=r"q must have >= 4 dims, got"):
         LP.fp8_attention(q[0], q[0], q[0])
     with pytest.raises(TypeError, match=r"q must be a floating tensor, got torch.int64"):
         LP.fp8_attention(q.long(), q, q)
@@ -234,10 +234,8 @@ def test_named_errors():
         LP.hadamard(4, signs=torch.tensor([1, -1, 2, 1]))
     with pytest.raises(ValueError, match=r"block must be None or an int >= 1 dividing T = 8, got 0"):
         LP.fp8_quantize(q, block=0)
-    with pytest.raises(ValueError, match=r"x must be \(\.\.\., T, d\), got"):
+    with pytest.raises(ValueError, match=r"x must have >= 2 dims, got"):
         LP.fp8_quantize(torch.randn(5))
-    with pytest.raises(TypeError, match=r"dtype must be a floating torch.dtype, got torch.int32"):
-        LP.ulp(q, torch.int32)
     with pytest.raises(ValueError, match=r"baseline must match .*got"):
         LP.error_ratio(q, q[0], q)
     with pytest.raises(TypeError, match=r"out must be a floating tensor, got list"):

@@ -92,28 +92,18 @@ def test_validation_messages():
         generate_static(model, torch.tensor([[0, 37]]), 2)
     with pytest.raises(ValueError, match=r"n_new must be an int >= 0, got -1"):
         generate_static(model, torch.zeros(1, 3, dtype=torch.long), -1)
-    with pytest.raises(ValueError, match=r"compile_options must be a dict, got list"):
-        generate_static(model, torch.zeros(1, 3, dtype=torch.long), 2, compile_options=["eager"])
     with pytest.raises(ValueError, match=r"n_new must keep N0 \+ n_new <= 40, got 41"):
         generate_static(model, torch.zeros(1, 3, dtype=torch.long), 38)
-    with pytest.raises(TypeError, match=r"model must have \('embed', 'pos', 'attn', 'norm1', 'norm2', 'mlp', "
-                                        r"'norm', 'head'\), got Linear"):
-        generate_static(torch.nn.Linear(2, 2), torch.zeros(1, 3, dtype=torch.long), 2)
 
 
 def test_cache_and_step_validation_messages():
     model = tiny_model()
     cache = StaticKVCache.for_model(model, 2, 8)
     tokens, positions = torch.zeros(2, 3, dtype=torch.long), torch.arange(3)
-    with pytest.raises(TypeError, match=r"dtype must be floating, got torch.int64"):
-        StaticKVCache(1, 1, 1, 4, 8, dtype=torch.int64)
-    with pytest.raises(TypeError, match=r"model must have \('embed', .*, got NoneType"):
-        StaticKVCache.for_model(None, 1, 8)
-    with pytest.raises(ValueError, match=r"cache must be a StaticKVCache of 2 layers, got dict"):
-        static_forward(model, {}, tokens, positions)
-    with pytest.raises(ValueError, match=r"cache must be a StaticKVCache of 2 layers, got 1"):
+    # a cache that does not fit the model is refused by its own write
+    with pytest.raises(ValueError, match=r"layer must be an int in \[0, 1\), got 1"):
         static_forward(model, StaticKVCache(1, 2, 2, 8, 8), tokens, positions)
-    with pytest.raises(ValueError, match=r"tokens must have batch size 2, got 3"):
+    with pytest.raises(ValueError, match=r"k must fit the cache: \(2, 2, N, 8\) .*, got torch.float32 \(3, 2, 3, 8\)"):
         static_forward(model, cache, torch.zeros(3, 3, dtype=torch.long), positions)
     with pytest.raises(ValueError, match=r"tokens must be \(B, N\) integer ids on cpu, got torch.int64 \(2, 3\) on meta"):
         static_forward(model, cache, tokens.to("meta"), positions)

@@ -207,13 +207,13 @@ def test_online_softmax_block_error():
     "q, k, v, exc, match",
     [
         ([1.0], torch.randn(3, 4), torch.randn(3, 4), TypeError,
-         r"q must be a floating tensor \(\.\.\., length, width\) like q, got list"),
+         r"q must be floating \(\*, L, d\) like q, got list"),
         (torch.ones(3, 4, dtype=torch.long), torch.randn(3, 4), torch.randn(3, 4), TypeError,
-         r"q must be a floating tensor .* got torch.int64 \(3, 4\)"),
+         r"q must be floating .* got torch.int64 \(3, 4\)"),
         (torch.randn(4), torch.randn(3, 4), torch.randn(3, 4), TypeError,
-         r"q must be a floating tensor .* got torch.float32 \(4,\)"),
+         r"q must be floating .* got torch.float32 \(4,\)"),
         (torch.randn(3, 4), torch.randn(3, 4, dtype=torch.float64), torch.randn(3, 4), TypeError,
-         r"k must be a floating tensor \(\.\.\., length, width\) like q, got torch.float64"),
+         r"k must be floating \(\*, L, d\) like q, got torch.float64"),
         (torch.randn(3, 4), torch.randn(3, 5), torch.randn(3, 4), ValueError,
          r"q, k and v must be \(\.\.\., N, d\), .* got q \(3, 4\), k \(3, 5\)"),
         (torch.randn(3, 4), torch.randn(3, 4), torch.randn(2, 4), ValueError,
@@ -265,7 +265,7 @@ def test_errors_for_leading_dims_devices_scale_and_scores():
     q, k, v = torch.randn(2, 3, 5, 4), torch.randn(2, 2, 7, 4), torch.randn(2, 2, 7, 4)
     with pytest.raises(ValueError, match=r"with leading dims that broadcast, got q \(2, 3, 5, 4\)"):
         tiled_attention(q, k, v)
-    with pytest.raises(TypeError, match=r"v must be a floating tensor .* like q, got .* on meta"):
+    with pytest.raises(TypeError, match=r"v must be floating .* like q, got .* on meta"):
         tiled_attention(q[:, :2], k, v.to("meta"))
     with pytest.raises(ValueError, match=r"scale must be a positive finite float or None, got '1'"):
         tiled_attention(q[:, :2], k, v, scale="1")

@@ -153,11 +153,11 @@ def test_low_precision_target_runs_and_keeps_the_dtype(dtype):
 
 def test_named_errors():
     ok = torch.tensor([-1, 0, 0])
-    with pytest.raises(TypeError, match=r"parents must be an int64 or int32 tensor, got torch.float32"):
+    with pytest.raises(TypeError, match=r"parents must be integer \(n\), got torch.float32"):
         ts.tree_attention_mask(ok.float(), 2)
-    with pytest.raises(TypeError, match=r"parents must be an int64 .*got list"):
+    with pytest.raises(TypeError, match=r"parents must be integer .*got list"):
         ts.tree_position_ids([-1, 0], 2)
-    with pytest.raises(ValueError, match=r"parents must be \(n,\), got torch.int64 \(1, 3\)"):
+    with pytest.raises(ValueError, match=r"parents must be integer \(n\), got torch.int64 \(1, 3\)"):
         ts.tree_attention_mask(ok[None], 2)
     with pytest.raises(ValueError, match=r"parents must hold parents\[i\] in \[-1, i\), got \(i, p\) \[\(1, 1\)\]"):
         ts.tree_attention_mask(torch.tensor([-1, 1]), 2)  # a node as its own parent
@@ -168,18 +168,16 @@ def test_named_errors():
     with pytest.raises(ValueError, match=r"n_prefix must be an int >= 0, got -1"):
         ts.tree_attention_mask(ok, -1)
     model = PathModel()
-    with pytest.raises(TypeError, match=r"target must be a model, got int"):
-        ts.tree_verify(3, torch.tensor([[1]]), ok, ok)
-    with pytest.raises(ValueError, match=r"prefix must be \(1, N0\) integer ids, N0 >= 1, got .*\(1, 0\)"):
+    with pytest.raises(ValueError, match=r"prefix must hold N0 >= 1 ids, got .*\(1, 0\)"):
         ts.tree_verify(model, torch.zeros(1, 0, dtype=torch.long), ok, ok)
-    with pytest.raises(ValueError, match=r"tree_tokens must be integer ids shaped like parents \(3,\), got "):
+    with pytest.raises(ValueError, match=r"tree_tokens must be integer \(3\), got "):
         ts.tree_verify(model, torch.tensor([[1]]), torch.tensor([1, 2]), ok)
     k = torch.randn(1, 2, 5, 4)
-    with pytest.raises(ValueError, match=r"v must be a floating \(B, H, L, d\) tensor like k, got"):
+    with pytest.raises(ValueError, match=r"v must be floating \(1, 2, 5, d\) torch.float32 on cpu, got"):
         ts.accepted_kv(k, torch.randn(1, 2, 6, 4), 2, torch.tensor([0]))
     with pytest.raises(ValueError, match=r"n_prefix must be an int in \[0, 5\], got 6"):
         ts.accepted_kv(k, k, 6, torch.tensor([0]))
-    with pytest.raises(ValueError, match=r"accepted must be \(a,\) integer node indices in \[0, 3\), got"):
+    with pytest.raises(ValueError, match=r"accepted must hold ids in \[0, 3\), got \[3\]"):
         ts.accepted_kv(k, k, 2, torch.tensor([3]))
 
 
@@ -455,33 +453,27 @@ def test_mtp_that_guesses_right_saves_rounds():
 def test_sampled_and_mtp_named_errors():
     model = PathModel()
     ok, q = torch.tensor([-1, 0]), torch.full((2, 11), 1 / 11)
-    with pytest.raises(ValueError, match=r"q must be floating \(n, V\) probabilities with n = 2, got"):
+    with pytest.raises(ValueError, match=r"q must be floating \(2, V\), got"):
         ts.tree_verify_sampled(model, torch.tensor([[1]]), ok, ok, q[:1])
     p = torch.full((3, 4), 0.25, dtype=torch.float64)
-    with pytest.raises(ValueError, match=r"p must be floating \(3, V\) probabilities like p"):
+    with pytest.raises(ValueError, match=r"p must be floating \(3, V\), got"):
         ts.tree_sampled_outcomes(p[:2], p[:2], ok, ok)
-    with pytest.raises(ValueError, match=r"q must be floating \(2, V\) probabilities like p"):
+    with pytest.raises(ValueError, match=r"q must be floating \(2, 4\) on cpu, got"):
         ts.tree_sampled_outcomes(p, p[:2, :3], ok, ok)
-    with pytest.raises(ValueError, match=r"tree_tokens must be \(2,\) integer ids in \[0, 4\)"):
+    with pytest.raises(ValueError, match=r"tree_tokens must be in \[0, 4\), got \[0, 4\]"):
         ts.tree_sampled_outcomes(p, p[:2], torch.tensor([0, 4]), ok)
     with pytest.raises(ValueError, match=r"d_model must be an int >= 1, got 0"):
         ts.MTPModule(0, CausalBlock())
-    with pytest.raises(TypeError, match=r"block must be an nn.Module, got function"):
-        ts.MTPModule(16, lambda x: x)
-    with pytest.raises(ValueError, match=r"eps must be a float > 0, got 0.0"):
+    with pytest.raises(ValueError, match=r"eps must be a number > 0, got 0.0"):
         ts.MTPModule(16, CausalBlock(), eps=0.0)
     module = ts.MTPModule(16, CausalBlock())
-    with pytest.raises(ValueError, match=r"emb must be a floating \(B, T, 16\) tensor like h_prev"):
+    with pytest.raises(ValueError, match=r"emb must be floating \(1, 3, 16\) torch.float32 on cpu, got"):
         module(torch.randn(1, 3, 16), torch.randn(1, 4, 16))
     h0, tokens = torch.randn(1, 2, 16), torch.tensor([[1, 2, 3]])
-    with pytest.raises(ValueError, match=r"tokens must be \(1, L\) integer ids, L >= 2, got"):
+    with pytest.raises(ValueError, match=r"tokens must hold L >= 2 ids, got"):
         ts.mtp_draft(h0, tokens[:, :1], [module], model.embed, model.head)
-    with pytest.raises(ValueError, match=r"h0 must be a floating \(1, 2, D\) tensor, got"):
+    with pytest.raises(ValueError, match=r"h0 must be floating \(1, 2, D\), got"):
         ts.mtp_draft(h0[:, :1], tokens, [module], model.embed, model.head)
-    with pytest.raises(TypeError, match=r"modules must be a non-empty list of MTPModule"):
-        ts.mtp_draft(h0, tokens, [], model.embed, model.head)
-    with pytest.raises(TypeError, match=r"head must be callable, got int"):
-        ts.mtp_draft(h0, tokens, [module], model.embed, 3)
 
 
 def test_top_k_children_are_not_samples():

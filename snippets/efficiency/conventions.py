@@ -158,8 +158,7 @@ def window_from_flash(window_size: tuple[int, int]) -> int:
     """
     if not (isinstance(window_size, tuple) and len(window_size) == 2
             and window_size[1] == 0):
-        raise ValueError(f"window_size must be a causal pair (left, 0), got "
-                         f"{window_size!r}")
+        raise ValueError(f"window_size must be a causal (left, 0), got {window_size!r}")
     _check_conv_sizes(window_size=(window_size[0], 0))
     return window_size[0] + 1
 
@@ -173,7 +172,6 @@ def lse_to_base2(lse: torch.Tensor) -> torch.Tensor:
     Returns:
         ``log2 sum_j exp(s_j)``, the same shape.
     """
-    _check_conv_tensor("lse", lse)
     return lse_base_change(lse, True)
 
 
@@ -186,7 +184,6 @@ def lse_to_natural(lse2: torch.Tensor) -> torch.Tensor:
     Returns:
         ``ln sum_j exp(s_j)``, the same shape.
     """
-    _check_conv_tensor("lse2", lse2)
     return lse_base_change(lse2, False)
 
 
@@ -206,10 +203,7 @@ def gqa_head_permutation(n_heads: int, n_kv_heads: int) -> torch.Tensor:
     Returns:
         A long tensor ``(H,)``, a permutation of ``range(H)``.
     """
-    _check_conv_sizes(n_heads=(n_heads, 1), n_kv_heads=(n_kv_heads, 1))
-    if n_heads % n_kv_heads:
-        raise ValueError(f"n_kv_heads must divide n_heads = {n_heads}, got "
-                         f"{n_kv_heads}")
+    _check_conv_sizes(n_kv_heads=(n_kv_heads, 1), n_heads=(n_heads, 1, n_kv_heads))
     return repeat_to_interleave(n_heads, n_kv_heads)
 
 
@@ -228,9 +222,7 @@ def rope_half_split_order(d: int) -> torch.Tensor:
     Returns:
         A long tensor ``(d,)``.
     """
-    _check_conv_sizes(d=(d, 2))
-    if d % 2:
-        raise ValueError(f"d must be even, got {d}")
+    _check_conv_sizes(d=(d, 2, 2))
     return half_split_order(d)
 
 
@@ -283,12 +275,9 @@ def attention_with_sinks(
     """
     _check_conv_tensor("q", q, 4)
     _check_conv_tensor("k", k, 4, like=("q", q), tied=(0, 1, 3))
-    _check_conv_tensor("v", v, 4, like=("q", q), tied=(0, 1))
-    _check_conv_tensor("sinks", sinks, 1, like=("q", q))
-    if k.shape[2] != v.shape[2] or sinks.shape[0] != q.shape[1]:
-        raise ValueError(f"v must have M = {k.shape[2]} keys and sinks H = "
-                         f"{q.shape[1]} entries, got {tuple(v.shape)} and "
-                         f"{tuple(sinks.shape)}")
+    _check_conv_tensor("v", v, 4, like=("k", k), tied=(0, 1, 2))
+    _check_conv_tensor("sinks", sinks, 1, like=("q's heads", q.transpose(0, 1)),
+                       tied=(0,))  # (H,): dim 0 of q.transpose(0, 1), (H, B, N, d)
     _check_conv_positive(scale=scale)
     mask = torch.zeros((), dtype=q.dtype, device=q.device)
     if attn_mask is not None:
@@ -317,20 +306,20 @@ def zero_empty_rows(out: torch.Tensor, attn_mask: torch.Tensor) -> torch.Tensor:
 
 # --8<-- [start:checks]
 def _check_conv_sizes(**sizes):
-    """Each value an int >= its floor (None allowed where the floor is 0 or more)."""
-    for name, (value, low) in sizes.items():
-        if value is None and name in ("left", "right"):
-            continue
-        if not (isinstance(value, int) and value >= low):
-            raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
+    """name=(value, floor[, step]): an int >= floor, a multiple of step if given (or
+    None, no limit, where the floor is 0)."""
+    for name, (value, low, *step) in sizes.items():
+        ok = isinstance(value, int) and value >= low and value % (step or [1])[0] == 0
+        if not (ok or value is None and low == 0):
+            of = f", a multiple of {step[0]}" if step else ""
+            raise ValueError(f"{name} must be an int >= {low}{of}, got {value!r}")
 
 
 def _check_conv_positive(**values):
     """Each value None (scale only) or a finite number > 0."""
     for name, value in values.items():
-        if value is None and name == "scale":
-            continue
-        if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+        ok = value is None and name == "scale"  # scale's default
+        if not (ok or isinstance(value, (int, float)) and 0 < value < math.inf):
             raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
 
 
@@ -344,7 +333,6 @@ def _check_conv_tensor(name, t, rank=None, like=None, tied=(), dtype=None):
         got = f"{t.dtype} {tuple(t.shape)} on {t.device}" if torch.is_tensor(t) else t
         kind = f"a {dtype}" if dtype else "a floating"
         raise (ValueError if ok else TypeError)(
-            f"{name} must be {kind} tensor of {rank or 'any'} dims matching {peer} "
-            f"(dims {tied}, device{', dtype' if like and not dtype else ''}), "
-            f"got {got}")
+            f"{name} must be {kind} tensor of {rank or 'any'} dims like {peer} (dims "
+            f"{tied}, device{', dtype' if like and not dtype else ''}), got {got}")
 # --8<-- [end:checks]

@@ -325,18 +325,15 @@ def flash_attention_lse(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
 
 def _check_flash_tensor(name: str, t, shape: tuple, like=None) -> None:
     """Refuse t unless it has this shape (a letter: any size), like's dtype, device."""
-    got = tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
-    if not isinstance(got, tuple) or len(got) != len(shape) or any(
-            s != n for s, n in zip(shape, got) if isinstance(s, int)):
-        want = ", ".join(map(str, shape))
-        raise ValueError(f"{name} must have shape ({want}), got {got}")
     dtypes = (like.dtype,) if like is not None else (torch.float16, torch.bfloat16,
                                                      torch.float32)
-    if t.dtype not in dtypes:
-        raise TypeError(f"{name} must have dtype {' or '.join(map(str, dtypes))}, "
-                        f"got {t.dtype}")
-    if like is not None and t.device != like.device:
-        raise ValueError(f"{name} must be on q's device, {like.device}, got {t.device}")
+    ok = torch.is_tensor(t) and t.dtype in dtypes and t.dim() == len(shape)
+    if not ok or like is not None and t.device != like.device or any(
+            s != n for s, n in zip(shape, t.shape) if isinstance(s, int)):
+        got = f"{t.dtype} {tuple(t.shape)} on {t.device}" if torch.is_tensor(t) else t
+        where = "" if like is None else f" on {like.device}"
+        raise ValueError(f"{name} must be ({', '.join(map(str, shape))}) "
+                         f"{' or '.join(map(str, dtypes))}{where}, got {got}")
 
 
 def _check_flash(q, k, v, scale, block_m, block_n) -> None:
@@ -352,8 +349,7 @@ def _check_flash(q, k, v, scale, block_m, block_n) -> None:
     _check_flash_tensor("k", k, (*q.shape[:-2], "M", d), like=q)
     _check_flash_tensor("v", v, tuple(k.shape), like=q)
     if scale is not None and not 0 < scale < math.inf:
-        raise ValueError(f"scale must be a positive finite number or None, got "
-                         f"{scale!r}")
+        raise ValueError(f"scale must be None or finite and > 0, got {scale!r}")
     for name, b in (("block_m", block_m), ("block_n", block_n)):
         if b is not None and not (isinstance(b, int) and b >= 16 and b & (b - 1) == 0):
             raise ValueError(f"{name} must be a power of two >= 16 or None, got {b!r}")

@@ -272,8 +272,6 @@ def dense_mask(
     Returns:
         ``(batch, heads, N, M)``, True = may attend.
     """
-    if not callable(mask_mod):
-        raise TypeError(f"mask_mod must be a function, got {mask_mod!r}")
     sizes = {"n_queries": n_queries, "n_keys": n_keys, "batch": batch, "heads": heads}
     _check_flex_sizes("batch", "heads", **sizes)
     return evaluate_mod(mask_mod, batch, heads, n_queries, n_keys, device)
@@ -344,7 +342,7 @@ def flex_attend(
     Returns:
         ``(B, H, N, d_v)``. A query that may attend to no key returns zeros.
     """
-    _check_flex_qkv(q, k, v, mask_mod, score_mod, block_size)
+    _check_flex_qkv(q, k, v, block_size)
     return attend_tiles(q, k, v, mask_mod, score_mod, block_size)
 
 
@@ -374,17 +372,15 @@ def _check_flex_sizes(*positive: str, **sizes) -> None:
 
 def _check_flex_tensor(name, t, dims, kind: str = "floating", like=None) -> None:
     """Refuse t unless it is a ``kind`` tensor of ``dims`` dims (and like ``like``)."""
-    if not isinstance(t, torch.Tensor):
-        raise TypeError(f"{name} must be a tensor, got {type(t).__name__}")
-    ok = {"floating": t.is_floating_point(), "bool": t.dtype == torch.bool}.get(kind, 1)
-    if like is not None:  # the dtype and device of like (q) too
-        ok, kind = ok and (t.dtype, t.device) == (like.dtype, like.device), like.dtype
-    if t.dim() not in dims or not ok:
-        got = f"{tuple(t.shape)} {t.dtype} on {t.device}"
+    ok = torch.is_tensor(t) and t.dim() in dims and {
+        "floating": t.is_floating_point(), "bool": t.dtype == torch.bool}.get(kind, 1)
+    if not ok or like is not None and (t.dtype, t.device) != (like.dtype, like.device):
+        got = f"{tuple(t.shape)} {t.dtype} on {t.device}" if torch.is_tensor(t) else t
+        kind = kind if like is None or like is t else f"{like.dtype} on {like.device}"
         raise ValueError(f"{name} must have {dims} dims, dtype {kind}, got {got}")
 
 
-def _check_flex_qkv(q, k, v, mask_mod, score_mod, block_size) -> None:
+def _check_flex_qkv(q, k, v, block_size) -> None:
     """q (B, H, N, d), k (B, H_kv, M, d), v (B, H_kv, M, d_v), H_kv dividing H."""
     for name, t in (("q", q), ("k", k), ("v", v)):
         _check_flex_tensor(name, t, (4,), like=q)
@@ -393,8 +389,5 @@ def _check_flex_qkv(q, k, v, mask_mod, score_mod, block_size) -> None:
             or q.shape[1] % k.shape[1]:
         got = f"q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
         raise ValueError(f"k, v must be (B, H_kv, M, d), (B, H_kv, M, d_v), got {got}")
-    for name, mod in (("mask_mod", mask_mod), ("score_mod", score_mod)):
-        if mod is not None and not callable(mod):
-            raise TypeError(f"{name} must be a function or None, got {mod!r}")
     _check_flex_sizes("block_size", block_size=block_size)
 # --8<-- [end:checks]

@@ -96,13 +96,12 @@ def _check_keep(s: torch.Tensor, budget: int, recent: int) -> None:
 
 
 def _check_snapkv(q_window, k, budget, pool) -> None:
-    for name, t in (("q_window", q_window), ("k", k)):
+    for name, t in (("k", k), ("q_window", q_window)):  # q_window: (B, H, w, d)
         ok = isinstance(t, torch.Tensor) and t.dim() == 4 and t.is_floating_point()
-        _check_given(ok, name, "be a floating (B, H, L, d) tensor", _describe(t))
-    (b, h, w, d), like = q_window.shape, (*k.shape[:2], k.shape[3], k.dtype, k.device)
-    ok = w <= k.shape[2] and (b, h, d, q_window.dtype, q_window.device) == like
-    _check_given(ok, "q_window", f"be (B, H, w <= T, d) like k {_describe(k)}",
-                 _describe(q_window))
+        ok = ok and (t.shape[:2], t.shape[3], t.dtype, t.device) == (
+            k.shape[:2], k.shape[3], k.dtype, k.device)
+        _check_given(ok, name, "be a floating (B, H, L, d) tensor like k", _describe(t))
+    w = q_window.shape[2]  # budget >= w: a window longer than k keeps every key
     ok = isinstance(budget, int) and budget >= w
     _check_given(ok, "budget", f"be an int >= the window w = {w}", repr(budget))
     ok = isinstance(pool, int) and pool >= 1 and pool % 2 == 1
@@ -114,8 +113,7 @@ def _check_evict(cache: torch.Tensor, keep: torch.Tensor) -> None:
     _check_given(ok, "cache", "be (B, H, T, d)", _describe(cache))
     ok = isinstance(keep, torch.Tensor) and keep.dtype == torch.int64
     ok = ok and keep.dim() == 3 and keep.shape[:2] == cache.shape[:2]
-    want = f"be int64 (B, H, budget) with B, H = {tuple(cache.shape[:2])}"
-    _check_given(ok, "keep", want, _describe(keep))
+    _check_given(ok, "keep", "be int64 (B, H, budget) like cache", _describe(keep))
     bad = keep[(keep < 0) | (keep >= cache.shape[2])].tolist()  # rows outside the cache
     _check_given(not bad, "keep", f"index rows 0 .. {cache.shape[2] - 1}", bad)
 # --8<-- [end:validate]

@@ -87,16 +87,15 @@ def _check_given(ok: object, name: str, want: str, got: object, error=ValueError
         raise error(f"{name} must {want}, got {got}")
 
 
-def _check_quantize(x: torch.Tensor, bits: int, name: str = "x") -> None:
-    ok = isinstance(x, torch.Tensor) and x.is_floating_point()
-    _check_given(ok, name, "be a floating tensor", _describe(x), TypeError)
+def _check_quantize(x: torch.Tensor, bits: int, name: str = "x", rank=0) -> None:
+    ok = isinstance(x, torch.Tensor) and x.is_floating_point() and x.dim() >= rank
+    _check_given(ok, name, f"be floating, {rank}+ dims", _describe(x), TypeError)
     ok = isinstance(bits, int) and 1 <= bits <= 16
     _check_given(ok, "bits", "be an int in [1, 16]", repr(bits))
 
 
 def _check_kivi(x: torch.Tensor, group: int, name: str, bits: int) -> None:
-    _check_quantize(x, bits, name)
-    _check_given(x.dim() >= 2, name, "be (..., T, d)", _describe(x))
+    _check_quantize(x, bits, name, rank=2)  # (..., T, d)
     ok = isinstance(group, int) and group >= 1
     ok = ok and (name == "k" or x.shape[-1] % group == 0)  # v groups split d
     _check_given(ok, "group", f"be an int >= 1 dividing d = {x.shape[-1]}", group)

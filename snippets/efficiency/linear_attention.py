@@ -169,10 +169,9 @@ def _check_phi(q, k, v, eps, causal=False, rank=2, state=None) -> None:
             raise TypeError(f"{name} must be floating, {rank}+ dims like q, got {got}")
     if q.shape[-1] != k.shape[-1] or q.shape[:-rank] != k.shape[:-rank] \
             or v.shape[:-1] != k.shape[:-1] or causal and q.shape[-2] > k.shape[-2]:
-        n, m = ("N, ", "M, ") if rank == 2 else ("", "")
-        want = f"(..., {n}d), k (..., {m}d), v (..., {m}d_v){', N <= M' * causal}"
         got = f"q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
-        raise ValueError(f"q must be {want}; got {got}")
+        raise ValueError(f"q must be (..., N, d), k (..., M, d), v (..., M, d_v) (one "
+                         f"step: no N, M), N <= M if causal; got {got}")
     if not (isinstance(eps, (int, float)) and eps >= 0):
         raise ValueError(f"eps must be a float >= 0, got {eps!r}")
     acc = _accumulator(q.dtype)

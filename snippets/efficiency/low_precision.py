@@ -96,7 +96,7 @@ def ulp(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         ``dtype`` to the next larger number of ``dtype`` (below the smallest
         normal number, the subnormal step ``eps * tiny``).
     """
-    _check_low(x, "x", dtype=dtype)
+    _check_low(x, "x")  # torch.finfo refuses a dtype that is not floating
     return ulp_of(x, dtype)
 
 
@@ -133,8 +133,7 @@ def fp8_quantize(x: torch.Tensor, *, block: int | None = None) -> torch.Tensor:
         float32 tensor of ``x``'s shape: the values an FP8 kernel multiplies.
         Each block's largest magnitude maps to 448, E4M3's largest number.
     """
-    _check_low(x, "x")
-    _check_given(x.dim() >= 2, "x", "be (..., T, d)", _describe(x))
+    _check_low(x, "x", rank=2)
     t = x.shape[-2]
     block = t if block is None else block
     ok = isinstance(block, int) and not isinstance(block, bool) and block >= 1
@@ -214,17 +213,13 @@ def _check_given(ok: object, name: str, want: str, got: object, error=ValueError
         raise error(f"{name} must {want}, got {got}")
 
 
-def _check_low(t, name, *, dtype=None, rank=None, like=None) -> None:
+def _check_low(t, name, *, rank=0, like=None) -> None:
+    """Refuse a non-floating t, t of under rank dims, or t unlike like."""
     ok = isinstance(t, torch.Tensor) and t.is_floating_point()
     _check_given(ok, name, "be a floating tensor", _describe(t), TypeError)
-    if dtype is not None:
-        ok = isinstance(dtype, torch.dtype) and dtype.is_floating_point
-        _check_given(ok, "dtype", "be a floating torch.dtype", repr(dtype), TypeError)
-    ok = rank is None or t.dim() == rank
-    _check_given(ok, name, f"have {rank} dims", _describe(t))
-    ok = like is None or (t.shape == like.shape and t.device == like.device)
-    want = f"match {_describe(like)}"
-    _check_given(ok, name, want, _describe(t))
+    ok = like is None or (t.shape, t.device) == (like.shape, like.device)
+    want = f"have >= {rank} dims" if like is None else f"match {_describe(like)}"
+    _check_given(ok and t.dim() >= rank, name, want, _describe(t))
 
 
 # --8<-- [end:validate]

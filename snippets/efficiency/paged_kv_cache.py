@@ -312,7 +312,7 @@ def speculative_generate(
         ``(tokens, stats)``: ``(1, N0 + n_new)`` ids, and counts ``proposed``,
         ``accepted`` and ``target_calls``.
     """
-    _check_speculative(target, draft, prompt, n_new, n_draft)
+    _check_speculative(prompt, n_new, n_draft)
     tokens, goal = prompt, prompt.shape[1] + n_new
     stats = {"proposed": 0, "accepted": 0, "target_calls": 0}
     while tokens.shape[1] < goal:
@@ -355,57 +355,57 @@ def _check_kv_sizes(minimum: int, dtype: object = torch.float32, **values: objec
         _check_given(ok, name, f"be an int >= {minimum}", repr(value))
 
 
+_IDS = (torch.int64, torch.int32)
+
+
+def _check_eff_tensor(name, t, shape, device=None, dtype=None, ids=False) -> None:
+    """Refuse t unless a floating (ids: integer) tensor of shape, an int per fixed
+    size and a letter per free one, on device and of dtype where they are given."""
+    kind = torch.is_tensor(t) and (t.dtype in _IDS if ids else t.is_floating_point())
+    ok = kind and t.dim() == len(shape) and t.device == (device or t.device)
+    ok = ok and t.dtype == (dtype or t.dtype) and all(
+        s == n for s, n in zip(shape, t.shape) if isinstance(s, int))
+    want = f"be {'integer' if ids else 'floating'} ({', '.join(map(str, shape))})"
+    want += (f" {dtype}" if dtype else "") + (f" on {device}" if device else "")
+    _check_given(ok, name, want, _describe(t), ValueError if kind else TypeError)
+
+
 def _check_page_kv(k: object, v: object, pool: torch.Tensor) -> None:
     """Refuse k and v that are not floating (H_kv, n, d) tensors beside the pool."""
-    fits = (pool.shape[1], pool.shape[3], pool.device)
-    for name, t in (("k", k), ("v", v)):
-        ok = isinstance(t, torch.Tensor) and t.is_floating_point() and t.dim() == 3
-        ok = ok and t.shape == k.shape and (t.shape[0], t.shape[2], t.device) == fits
-        want = "be floating ({}, n, {}) on {}, as k".format(*fits)
-        _check_given(ok, name, want, _describe(t))
+    _check_eff_tensor("k", k, (pool.shape[1], "n", pool.shape[3]), pool.device)
+    _check_eff_tensor("v", v, tuple(k.shape), pool.device)
 
 
-def _check_paged_decode(q: object, cache: object, seqs: object) -> None:
+def _check_paged_decode(q: object, cache: PagedKVCache, seqs: object) -> None:
     """Refuse seqs that are not live, and q that is not one query per sequence."""
-    ok = isinstance(cache, PagedKVCache) and isinstance(seqs, (list, tuple))
-    ok = ok and all(s in cache.tables for s in seqs)
-    _check_given(ok, "seqs", "be live ids of the cache", f"{seqs} in {type(cache)}")
     p = cache.k_pages  # (n_pages, H_kv, P, d)
-    ok = isinstance(q, torch.Tensor) and (q.dtype, q.device) == (p.dtype, p.device)
-    ok = ok and q.dim() == 4 and q.shape[2:] == (1, p.shape[3]) and len(q) == len(seqs)
-    want = f"be (len(seqs), k * {p.shape[1]}, 1, {p.shape[3]}) {p.dtype} on {p.device}"
-    _check_given(ok and q.shape[1] % p.shape[1] == 0, "q", want, _describe(q))
+    _check_eff_tensor("q", q, ("B", "H", 1, p.shape[3]), p.device, p.dtype)
+    ok = isinstance(seqs, (list, tuple)) and len(seqs) == len(q)
+    ok = ok and all(s in cache.tables for s in seqs)
+    _check_given(ok, "seqs", f"be B = {len(q)} live ids {sorted(cache.tables)}", seqs)
+    ok = q.shape[1] % p.shape[1] == 0
+    _check_given(ok, "q", f"have a multiple of H_kv = {p.shape[1]} heads", q.shape[1])
 
 
 def _check_ragged(lengths: object, n: object, padding: object) -> None:
     _check_given(padding in ("left", "right"), "padding", "be left or right", padding)
     _check_kv_sizes(0, n=n)
-    ok = isinstance(lengths, (list, tuple)) and len(lengths) > 0
-    ok = ok and all(isinstance(x, int) and 0 <= x <= n for x in lengths)
-    _check_given(ok, "lengths", f"be a non-empty list of ints in [0, n = {n}]", lengths)
+    ok = all(isinstance(x, int) and 0 <= x <= n for x in lengths)  # []: no rows
+    _check_given(ok, "lengths", f"be a list of ints in [0, n = {n}]", lengths)
 
 
 def _check_split_kv(q: object, k: object, v: object, n_splits: object) -> None:
     """Refuse q (B, H, N, d), k (B, H, M, d), v (B, H, M, d_v) that do not fit."""
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        ok = isinstance(t, torch.Tensor) and t.dim() == 4 and t.is_floating_point()
-        ok = ok and (t.dtype, t.device) == (q.dtype, q.device)
-        _check_given(ok, name, "be a floating (B, H, L, d) tensor like q", _describe(t))
-    ok = k.shape[:2] == q.shape[:2] == v.shape[:2] and k.shape[3] == q.shape[3]
-    got = f"q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
-    _check_given(ok and v.shape[2] == k.shape[2], "k and v", "fit q (B, H, N, d)", got)
+    _check_eff_tensor("q", q, ("B", "H", "N", "d"))
+    _check_eff_tensor("k", k, (*q.shape[:2], "M", q.shape[3]), q.device, q.dtype)
+    _check_eff_tensor("v", v, (*k.shape[:3], "d_v"), q.device, q.dtype)
     ok = isinstance(n_splits, int) and 1 <= n_splits <= k.shape[2]
     _check_given(ok, "n_splits", f"be an int in [1, M = {k.shape[2]}]", n_splits)
 
 
-def _check_speculative(target, draft, prompt, n_new: object, n_draft: object) -> None:
-    """Refuse anything but two models, a (1, N0) prompt of ids and two counts."""
-    ok = callable(target) and callable(draft)
-    got = f"{type(target).__name__} and {type(draft).__name__}"
-    _check_given(ok, "target and draft", "be models", got, TypeError)
-    ok = isinstance(prompt, torch.Tensor) and prompt.dtype in (torch.int64, torch.int32)
-    ok = ok and prompt.dim() == 2 and len(prompt) == 1
-    _check_given(ok, "prompt", "be (1, N0) integer ids", _describe(prompt))
+def _check_speculative(prompt: object, n_new: object, n_draft: object) -> None:
+    """Refuse anything but a (1, N0) prompt of ids and two counts."""
+    _check_eff_tensor("prompt", prompt, (1, "N0"), ids=True)
     _check_kv_sizes(0, n_new=n_new)
     _check_kv_sizes(1, n_draft=n_draft)
 

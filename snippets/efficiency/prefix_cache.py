@@ -25,7 +25,7 @@ __all__ = ["block_hashes", "RadixCache", "attend_with_prefix"]
 # --8<-- [start:hashes]
 def block_hashes(tokens: list[int], block_size: int) -> list[str]:
     """Chained hashes of the full blocks: h_i = H(h_{i-1}, tokens of block i)."""
-    _check_blocks(tokens, block_size)
+    _check_blocks(block_size)
     hashes, parent = [], ""
     for start in range(0, len(tokens) - block_size + 1, block_size):
         block = tokens[start:start + block_size]
@@ -107,30 +107,23 @@ def _describe(t: object) -> str:
     return type(t).__name__
 
 
-def _check_given(ok: object, name: str, want: str, got: object, error=ValueError):
-    """Raise error("<name> must <want>, got <got>") unless ok."""
-    if not ok:
-        raise error(f"{name} must {want}, got {got}")
-
-
-def _check_blocks(tokens: list[int], block_size: int) -> None:
-    ok = isinstance(block_size, int) and block_size >= 1
-    _check_given(ok, "block_size", "be an int >= 1", repr(block_size))
-    ok = isinstance(tokens, (list, tuple))
-    _check_given(ok, "tokens", "be a list of ints", type(tokens).__name__, TypeError)
+def _check_blocks(block_size: int) -> None:
+    if not (isinstance(block_size, int) and block_size >= 1):
+        raise ValueError(f"block_size must be an int >= 1, got {block_size!r}")
 
 
 def _check_reuse(q, k_new, v_new, k_prefix, v_prefix) -> None:
     for name, t in dict(locals()).items():  # q, k_new, v_new, k_prefix, v_prefix
         ok = isinstance(t, torch.Tensor) and t.dim() == 4
-        ok = ok and (t.dtype, t.device) == (q.dtype, q.device)
-        _check_given(ok, name, "be a (B, H, L, d) tensor like q", _describe(t))
-    ok = k_new.shape == q.shape and k_prefix.shape[:2] == q.shape[:2]
-    ok = ok and k_prefix.shape[3] == q.shape[3]
-    _check_given(ok, "k_new and k_prefix", f"be {tuple(q.shape)} and (B, H, P, d) as q",
-                 f"{tuple(k_new.shape)} and {tuple(k_prefix.shape)}")
-    ok = v_new.shape[:3] == k_new.shape[:3] and v_prefix.shape[:3] == k_prefix.shape[:3]
-    ok = ok and v_new.shape[3] == v_prefix.shape[3]
-    _check_given(ok, "v_new and v_prefix", "match k_new and k_prefix but for d",
-                 f"{tuple(v_new.shape)} and {tuple(v_prefix.shape)}")
+        if not (ok and (t.dtype, t.device) == (q.dtype, q.device)):
+            raise ValueError(f"{name} must be (B, H, L, d) like q, got {_describe(t)}")
+    (b, h, n, d), p, d_v = q.shape, k_prefix.shape[2], v_new.shape[3]
+    for name, t, want in (("k_new", k_new, (b, h, n, d)),
+                          ("v_new", v_new, (b, h, n, d_v)),
+                          ("k_prefix", k_prefix, (b, h, p, d)),
+                          ("v_prefix", v_prefix, (b, h, p, d_v))):
+        if t.shape != want:
+            raise ValueError(f"{name} must be {want}, got {tuple(t.shape)}")
+
+
 # --8<-- [end:validate]

@@ -193,11 +193,10 @@ def _check_tile_sizes(x: object = None, **sizes: object) -> None:
 
 def _check_tiled_qkv(q, k, v, scale, block_size_k, block_size_q) -> None:
     """Refuse q, k, v that cannot be attended together, naming what differs."""
-    want = "be a floating tensor (..., length, width) like q"
     for name, t in (("q", q), ("k", k), ("v", v)):
         ok = isinstance(t, torch.Tensor) and t.is_floating_point() and t.dim() >= 2
         ok = ok and (t.dtype, t.device) == (q.dtype, q.device)
-        _check_given(ok, name, want, _describe(t), TypeError)
+        _check_given(ok, name, "be floating (*, L, d) like q", _describe(t), TypeError)
     try:  # leading (batch, head) dimensions pair up as in torch.matmul
         torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
         fits = q.shape[-1] == k.shape[-1] and k.shape[-2] == v.shape[-2]

@@ -238,7 +238,7 @@ def tree_verify(
         the target's own next token) and the ``(a,)`` accepted node indices,
         root first, for ``accepted_kv``.
     """
-    _check_tree_verify(target, prefix, tree_tokens, parents)
+    _check_tree_verify(prefix, tree_tokens, parents)
     n0 = prefix.shape[1]
     tokens, logits = _tree_pass(target, prefix, tree_tokens, parents)
     choice = logits[0, n0 - 1 :].argmax(-1).to(tokens.device)  # (n + 1,)
@@ -305,7 +305,8 @@ def tree_verify_sampled(
         ``(new, accepted)``: ``(1, a + 1)`` ids (the a accepted tokens, then
         one drawn by the target) and the ``(a,)`` accepted node indices.
     """
-    _check_tree_sampled(target, prefix, tree_tokens, parents, q)
+    _check_tree_verify(prefix, tree_tokens, parents)
+    _check_eff_tensor("q", q, (len(parents), "V"))
     n0 = prefix.shape[1]
     tokens, logits = _tree_pass(target, prefix, tree_tokens, parents)
     p = torch.softmax(logits[0, n0 - 1 :].double(), dim=-1)  # (n + 1, V)
@@ -366,7 +367,10 @@ class MTPModule(nn.Module):
 
     def __init__(self, d_model: int, block: nn.Module, eps: float = 1e-6) -> None:
         super().__init__()
-        _check_mtp_init(d_model, block, eps)
+        _check_given(isinstance(d_model, int) and d_model >= 1, "d_model",
+                     "be an int >= 1", repr(d_model))
+        _check_given(isinstance(eps, (int, float)) and 0 < eps < float("inf"), "eps",
+                     "be a number > 0", repr(eps))
         self.block, self.eps = block, eps
         self.h_norm = nn.Parameter(torch.ones(d_model))
         self.e_norm = nn.Parameter(torch.ones(d_model))
@@ -380,12 +384,9 @@ class MTPModule(nn.Module):
 
     def _check_forward(self, h_prev: object, emb: object) -> None:
         """Refuse inputs that are not floating (B, T, D) pairs on the module's dtype."""
-        want = f"be a floating (B, T, {self.proj.shape[0]}) tensor like h_prev"
-        for name, t in (("h_prev", h_prev), ("emb", emb)):
-            ok = isinstance(t, torch.Tensor) and t.dim() == 3
-            ok = ok and t.shape == h_prev.shape and t.shape[-1] == self.proj.shape[0]
-            ok = ok and (t.dtype, t.device) == (self.proj.dtype, self.proj.device)
-            _check_given(ok, name, want, _describe(t))
+        w = self.proj  # (D, 2D)
+        _check_eff_tensor("h_prev", h_prev, ("B", "T", len(w)), w.device, w.dtype)
+        _check_eff_tensor("emb", emb, tuple(h_prev.shape), w.device, w.dtype)
 
 
 @torch.no_grad()
@@ -415,7 +416,7 @@ def mtp_draft(h0: torch.Tensor, tokens: torch.Tensor, modules: list[nn.Module],
     Returns:
         ``(1, len(modules))`` drafted ids, greedy at every depth.
     """
-    _check_mtp_draft(h0, tokens, modules, embed, head)
+    _check_mtp_draft(h0, tokens)
     return mtp_chain(h0, tokens, modules, embed, head)
 
 
@@ -434,102 +435,63 @@ def _check_given(ok: object, name: str, want: str, got: object, error=ValueError
 _IDS = (torch.int64, torch.int32)
 
 
+def _check_eff_tensor(name, t, shape, device=None, dtype=None, ids=False) -> None:
+    """Refuse t unless a floating (ids: integer) tensor of shape, an int per fixed
+    size and a letter per free one, on device and of dtype where they are given."""
+    kind = torch.is_tensor(t) and (t.dtype in _IDS if ids else t.is_floating_point())
+    ok = kind and t.dim() == len(shape) and t.device == (device or t.device)
+    ok = ok and t.dtype == (dtype or t.dtype) and all(
+        s == n for s, n in zip(shape, t.shape) if isinstance(s, int))
+    want = f"be {'integer' if ids else 'floating'} ({', '.join(map(str, shape))})"
+    want += (f" {dtype}" if dtype else "") + (f" on {device}" if device else "")
+    _check_given(ok, name, want, _describe(t), ValueError if kind else TypeError)
+
+
 def _check_parents(parents: object, n_prefix: object) -> None:
     """Refuse a parent array that is not (n,) ints with parents[i] in [-1, i)."""
-    ok = isinstance(parents, torch.Tensor) and parents.dtype in _IDS
-    want = "be an int64 or int32 tensor"
-    _check_given(ok, "parents", want, _describe(parents), TypeError)
-    _check_given(parents.dim() == 1, "parents", "be (n,)", _describe(parents))
+    _check_eff_tensor("parents", parents, ("n",), ids=True)
     bad = [(i, p) for i, p in enumerate(parents.tolist()) if not -1 <= p < i]
     _check_given(not bad, "parents", "hold parents[i] in [-1, i)", f"(i, p) {bad[:3]}")
-    ok = isinstance(n_prefix, int) and not isinstance(n_prefix, bool) and n_prefix >= 0
+    ok = isinstance(n_prefix, int) and n_prefix >= 0
     _check_given(ok, "n_prefix", "be an int >= 0", repr(n_prefix))
 
 
-def _check_tree_verify(target: object, prefix: object, tree_tokens: object,
-                       parents: object) -> None:
-    """Refuse anything but a model, a (1, N0) prefix and an (n,) tree of ids."""
-    _check_given(callable(target), "target", "be a model", type(target).__name__,
-                 TypeError)
-    ok = isinstance(prefix, torch.Tensor) and prefix.dtype in _IDS and prefix.dim() == 2
-    ok = ok and len(prefix) == 1 and prefix.shape[1] >= 1
-    _check_given(ok, "prefix", "be (1, N0) integer ids, N0 >= 1", _describe(prefix))
+def _check_tree_verify(prefix: object, tree_tokens: object, parents: object) -> None:
+    """Refuse a prefix that is not (1, N0 >= 1) ids, or an (n,) tree that is not."""
+    _check_eff_tensor("prefix", prefix, (1, "N0"), ids=True)
+    _check_given(prefix.shape[1] >= 1, "prefix", "hold N0 >= 1 ids", _describe(prefix))
     _check_parents(parents, 0)
-    ok = isinstance(tree_tokens, torch.Tensor) and tree_tokens.dtype in _IDS
-    ok = ok and tree_tokens.shape == parents.shape
-    want = f"be integer ids shaped like parents {tuple(parents.shape)}"
-    _check_given(ok, "tree_tokens", want, _describe(tree_tokens))
+    _check_eff_tensor("tree_tokens", tree_tokens, tuple(parents.shape), ids=True)
 
 
 def _check_accepted_kv(k: object, v: object, n_prefix: object,
                        accepted: object) -> None:
     """Refuse k, v that differ or are not (B, H, L, d), and nodes outside the tree."""
-    for name, t in (("k", k), ("v", v)):
-        ok = isinstance(t, torch.Tensor) and t.is_floating_point() and t.dim() == 4
-        ok = ok and (t.shape[:3], t.dtype, t.device) == (k.shape[:3], k.dtype, k.device)
-        _check_given(ok, name, "be a floating (B, H, L, d) tensor like k", _describe(t))
+    _check_eff_tensor("k", k, ("B", "H", "L", "d"))
+    _check_eff_tensor("v", v, (*k.shape[:3], "d"), k.device, k.dtype)
     L = k.shape[2]
-    ok = isinstance(n_prefix, int) and not isinstance(n_prefix, bool)
-    _check_given(ok and 0 <= n_prefix <= L, "n_prefix", f"be an int in [0, {L}]",
-                 repr(n_prefix))
-    ok = isinstance(accepted, torch.Tensor) and accepted.dtype in _IDS
-    ok = ok and accepted.dim() == 1 and bool(((0 <= accepted)
-                                              & (accepted < L - n_prefix)).all())
-    want = f"be (a,) integer node indices in [0, {L - n_prefix})"
-    _check_given(ok, "accepted", want, _describe(accepted))
-
-
-def _check_tree_sampled(target: object, prefix: object, tree_tokens: object,
-                        parents: object, q: object) -> None:
-    """As for tree_verify, and q must be (n, V) floating probabilities."""
-    _check_tree_verify(target, prefix, tree_tokens, parents)
-    ok = isinstance(q, torch.Tensor) and q.is_floating_point() and q.dim() == 2
-    want = f"be floating (n, V) probabilities with n = {len(parents)}"
-    _check_given(ok and len(q) == len(parents), "q", want, _describe(q))
+    ok = isinstance(n_prefix, int) and 0 <= n_prefix <= L
+    _check_given(ok, "n_prefix", f"be an int in [0, {L}]", repr(n_prefix))
+    _check_eff_tensor("accepted", accepted, ("a",), ids=True)
+    ok = bool(((0 <= accepted) & (accepted < L - n_prefix)).all())
+    _check_given(ok, "accepted", f"hold ids in [0, {L - n_prefix})", accepted.tolist())
 
 
 def _check_outcomes(p: object, q: object, tree_tokens: object, parents: object) -> None:
-    """Refuse p, q that are not (n + 1, V) and (n, V) alike, and ids outside [0, V)."""
+    """Refuse p, q that are not (n + 1, V) and (n, V), and ids outside [0, V)."""
     _check_parents(parents, 0)
-    n = len(parents)
-    for name, t, rows in (("p", p, n + 1), ("q", q, n)):
-        ok = isinstance(t, torch.Tensor) and t.is_floating_point() and t.dim() == 2
-        ok = ok and (len(t), t.shape[-1], t.device) == (rows, p.shape[-1], p.device)
-        want = f"be floating ({rows}, V) probabilities like p (n = {n})"
-        _check_given(ok, name, want, _describe(t))
-    ok = isinstance(tree_tokens, torch.Tensor) and tree_tokens.dtype in _IDS
-    ok = ok and tree_tokens.shape == parents.shape and tree_tokens.device == p.device
-    ok = ok and bool(((tree_tokens >= 0) & (tree_tokens < p.shape[-1])).all())
-    want = f"be ({n},) integer ids in [0, {p.shape[-1]}) on p's device"
-    _check_given(ok, "tree_tokens", want, _describe(tree_tokens))
+    _check_eff_tensor("p", p, (len(parents) + 1, "V"))
+    _check_eff_tensor("q", q, (len(parents), p.shape[-1]), p.device)
+    _check_eff_tensor("tree_tokens", tree_tokens, (len(parents),), p.device, ids=True)
+    ok = bool(((tree_tokens >= 0) & (tree_tokens < p.shape[-1])).all())
+    _check_given(ok, "tree_tokens", f"be in [0, {p.shape[-1]})", tree_tokens.tolist())
 
 
-def _check_mtp_init(d_model: object, block: object, eps: object) -> None:
-    """Refuse a width below 1, a block that is not a module, a non-positive eps."""
-    ok = isinstance(d_model, int) and d_model >= 1
-    _check_given(ok, "d_model", "be an int >= 1", repr(d_model))
-    _check_given(isinstance(block, nn.Module), "block", "be an nn.Module",
-                 type(block).__name__, TypeError)
-    ok = isinstance(eps, float) and 0 < eps < float("inf")
-    _check_given(ok, "eps", "be a float > 0", repr(eps))
-
-
-def _check_mtp_draft(h0: object, tokens: object, modules: object, embed: object,
-                     head: object) -> None:
-    """Refuse tokens that are not (1, L), h0 not (1, L - 1, D), or no modules."""
-    ok = isinstance(tokens, torch.Tensor) and tokens.dtype in _IDS
-    ok = ok and tokens.dim() == 2 and len(tokens) == 1 and tokens.shape[1] >= 2
-    _check_given(ok, "tokens", "be (1, L) integer ids, L >= 2", _describe(tokens))
-    ok = isinstance(h0, torch.Tensor) and h0.is_floating_point() and h0.dim() == 3
-    ok = ok and h0.shape[:2] == (1, tokens.shape[1] - 1)
-    want = f"be a floating (1, {tokens.shape[1] - 1}, D) tensor"
-    _check_given(ok, "h0", want, _describe(h0))
-    ok = isinstance(modules, (list, tuple, nn.ModuleList)) and len(modules) > 0
-    ok = ok and all(isinstance(m, MTPModule) for m in modules)
-    _check_given(ok, "modules", "be a non-empty list of MTPModule", repr(modules)[:60],
-                 TypeError)
-    for name, fn in (("embed", embed), ("head", head)):
-        _check_given(callable(fn), name, "be callable", type(fn).__name__, TypeError)
+def _check_mtp_draft(h0: object, tokens: object) -> None:
+    """Refuse tokens that are not (1, L >= 2) ids, or h0 that is not (1, L - 1, D)."""
+    _check_eff_tensor("tokens", tokens, (1, "L"), ids=True)
+    _check_given(tokens.shape[1] >= 2, "tokens", "hold L >= 2 ids", _describe(tokens))
+    _check_eff_tensor("h0", h0, (1, tokens.shape[1] - 1, "D"))
 
 
 # --8<-- [end:face]
