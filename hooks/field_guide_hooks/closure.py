@@ -14,6 +14,7 @@ uses it and nothing else. Every cache lives under ``cache_root``.
 from __future__ import annotations
 
 import ast
+import functools
 import hashlib
 import os
 import pathlib
@@ -25,19 +26,27 @@ def cache_root(root: pathlib.Path) -> pathlib.Path:
     return pathlib.Path(os.environ.get("FIELD_GUIDE_EXAMPLE_CACHE", root / ".cache" / "examples"))
 
 
-def _imports(source: str) -> list[tuple[str, int]]:
+@functools.lru_cache(maxsize=2048)
+def parse(source: str) -> ast.Module:
+    """``ast.parse``, once per distinct text: every cache key of a build reads
+    the same snippets again (read the tree, never change it)."""
+    return ast.parse(source)
+
+
+@functools.lru_cache(maxsize=2048)
+def _imports(source: str) -> tuple[tuple[str, int], ...]:
     """(module, level) for every import in ``source``, and ``module.name`` for
     each ``from module import name`` (the name may be a submodule); level > 0
     is a relative import."""
     found: list[tuple[str, int]] = []
-    for node in ast.walk(ast.parse(source)):
+    for node in ast.walk(parse(source)):
         if isinstance(node, ast.Import):
             found += [(alias.name, 0) for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             found.append((base, node.level))
             found += [(f"{base}.{alias.name}".strip("."), node.level) for alias in node.names]
-    return found
+    return tuple(found)
 
 
 def imported_names(source: str) -> set[str]:

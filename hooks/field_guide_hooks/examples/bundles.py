@@ -10,7 +10,7 @@ import ast
 import pathlib
 import sys
 
-from field_guide_hooks.closure import imported_names, local_dependencies
+from field_guide_hooks.closure import imported_names, local_dependencies, parse
 
 
 def bundle_files(example: pathlib.Path, root: pathlib.Path) -> dict[str, pathlib.Path]:
@@ -25,7 +25,7 @@ def bundle_files(example: pathlib.Path, root: pathlib.Path) -> dict[str, pathlib
     for dep in local_dependencies(example, [root, examples_dir]):
         files[dep.name if dep.parent == examples_dir else dep.relative_to(root).as_posix()] = dep
     for source in list(files.values()):
-        for node in ast.walk(ast.parse(source.read_text(encoding="utf-8"))):
+        for node in ast.walk(parse(source.read_text(encoding="utf-8"))):
             if isinstance(node, ast.Constant) and isinstance(node.value, str) and "/" in node.value:
                 data = root / node.value
                 if len(node.value) < 200 and "\n" not in node.value and data.is_file() and root in data.resolve().parents:
