@@ -307,7 +307,7 @@ def test_forward_and_masking_errors():
     m = model()
     ids, segments, _ = batch()
     emb = m.bert.embeddings
-    with pytest.raises(TypeError, match=r"input_ids must have dtype \(torch.int64, torch.int32\), got torch.float32"):
+    with pytest.raises(TypeError, match=r"input_ids must have dtype \(torch.int64, torch.int32\) on cpu, got torch.float32"):
         emb(ids.float())
     with pytest.raises(ValueError, match=r"input_ids must have shape \(None, None\), got list"):
         emb([1, 2])
@@ -358,22 +358,22 @@ def test_config_embedding_head_and_loss_errors():
         (lambda: MlmHead(CONFIG, torch.nn.Embedding(3, 16)), TypeError,
          r"token_embedding must be an Embedding \(30, 16\), got Embedding\(3, 16\)"),
         (lambda: m.mlm(torch.randn(2, 8)), ValueError, r"hidden must have shape \(None, None, 16\), got \(2, 8\)"),
-        (lambda: m.mlm(torch.randn(2, 8, 16, device="meta")), ValueError,
-         r"hidden must be on cpu, got meta"),
+        (lambda: m.mlm(torch.randn(2, 8, 16, device="meta")), TypeError,
+         r"hidden must have dtype .* on cpu, got .* on meta"),
         (lambda: m.mlm(torch.randn(2, 8, 16, dtype=torch.float64)), TypeError,
-         r"hidden must have dtype torch.float32, got torch.float64"),
+         r"hidden must have dtype torch.float32 on cpu, got torch.float64"),
         (lambda: m(ids + 30), ValueError, r"input_ids must lie in \[0, 30\), got \[30, 31, .*, 41\]"),
-        (lambda: m(ids.to("meta")), ValueError, r"input_ids must be on cpu, got meta"),
+        (lambda: m(ids.to("meta")), TypeError, r"input_ids must have dtype .* on cpu, got .* on meta"),
         (lambda: m(ids, segment_ids=segments.float()), TypeError,
-         r"segment_ids must have dtype \(torch.int64, torch.int32\), got torch.float32"),
-        (lambda: m(ids, segment_ids=segments.to("meta")), ValueError, r"segment_ids must be on cpu, got meta"),
-        (lambda: m(ids, key_mask=keys.long()), TypeError, r"key_mask must have dtype \(torch.bool,\), got torch.int64"),
+         r"segment_ids must have dtype \(torch.int64, torch.int32\) on cpu, got torch.float32"),
+        (lambda: m(ids, segment_ids=segments.to("meta")), TypeError, r"segment_ids must have dtype .* on cpu, got .* on meta"),
+        (lambda: m(ids, key_mask=keys.long()), TypeError, r"key_mask must have dtype \(torch.bool,\) on cpu, got torch.int64"),
         (lambda: m(ids, key_mask=keys[:, :5]), ValueError,
          r"key_mask must have shape \(2, 8\), got \(2, 5\)"),
         (lambda: mlm_loss(torch.zeros(2, 8, 30, dtype=torch.long), ids), TypeError,
-         r"logits must have dtype \(torch.float16, .*\), got torch.int64"),
-        (lambda: mlm_loss(torch.zeros(2, 8, 30), ids.float()), TypeError, r"labels must have dtype \(torch.int64, torch.int32\), got torch.float32"),
-        (lambda: mlm_loss(torch.zeros(2, 8, 30), ids.to("meta")), ValueError, r"labels must be on cpu, got meta"),
+         r"logits must have dtype \(torch.float16, .*\) on cpu, got torch.int64"),
+        (lambda: mlm_loss(torch.zeros(2, 8, 30), ids.float()), TypeError, r"labels must have dtype \(torch.int64, torch.int32\) on cpu, got torch.float32"),
+        (lambda: mlm_loss(torch.zeros(2, 8, 30), ids.to("meta")), TypeError, r"labels must have dtype .* on cpu, got .* on meta"),
         (lambda: mlm_loss(torch.zeros(2, 8, 30), ids + 25), ValueError,
          r"labels must be ids in \[0, V\) or -100, got \[30, 31"),
     ]

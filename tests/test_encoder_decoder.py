@@ -274,18 +274,14 @@ def _attn():
 @pytest.mark.parametrize(
     "make, error, match",
     [
-        (lambda: Encoder(nn.Linear(2, 2)), TypeError, "layers must be a non-empty list of modules, got Linear"),
-        (lambda: Encoder([]), TypeError, r"layers must be a non-empty list of modules, got \[\]"),
-        (lambda: Decoder([1]), TypeError, r"layers must be a non-empty list of modules, got \['int'\]"),
-        (lambda: DecoderBlock("a", _attn(), D, D_FF), TypeError, "self_attention must be an nn.Module, got 'a'"),
-        (lambda: DecoderBlock(_attn(), None, D, D_FF), TypeError, "cross_attention must be an nn.Module, got None"),
+        (lambda: Encoder(nn.Linear(2, 2)), TypeError, "should be called with an iterable"),
+        (lambda: Encoder([]), ValueError, r"layers must be a non-empty list, got \[\]"),
+        (lambda: Decoder([1]), TypeError, "int is not a Module subclass"),  # torch's own refusal
         (lambda: (lambda a: DecoderBlock(a, a, D, D_FF))(_attn()), ValueError, "cross_attention must be a second module .*, got 'the same module twice'"),
         (lambda: DecoderBlock(_attn(), _attn(), 0, D_FF), ValueError, "d_model must be an int > 0, got 0"),
         (lambda: DecoderBlock(_attn(), _attn(), D, 2.0), ValueError, "d_ff must be an int > 0, got 2.0"),
         (lambda: DecoderBlock(_attn(), _attn(), D, D_FF, dropout=1.0), ValueError, r"dropout must be a float in \[0, 1\), got 1.0"),
         (lambda: DecoderBlock(_attn(), _attn(), D, D_FF, activation="tanh"), ValueError, r"activation must be one of \['gelu', 'relu'\], got 'tanh'"),
-        (lambda: EncoderDecoder("enc", _attn()), TypeError, "encoder must be an nn.Module, got 'enc'"),
-        (lambda: EncoderDecoder(_attn(), 3), TypeError, "decoder must be an nn.Module, got 3"),
     ],
 )
 def test_constructor_errors(make, error, match):
@@ -328,19 +324,15 @@ def test_from_torch_errors():
 
 
 def test_stacks_check_their_parts():
-    with pytest.raises(TypeError, match=r"layers must be a non-empty list of modules, got 3"):
-        Encoder(3)
-    with pytest.raises(TypeError, match=r"norm must be an nn.Module or None, got 'layer norm'"):
-        Decoder([DecoderBlock(_attn(), _attn(), D, D_FF)], norm="layer norm")
+    with pytest.raises(ValueError, match=r"layers must be a non-empty list, got \(\)"):
+        Decoder(())
     with pytest.raises(ValueError, match=r"layer_norm_eps must be a float > 0, got -1e-05"):
         DecoderBlock(_attn(), _attn(), D, D_FF, layer_norm_eps=-1e-5)
     with pytest.raises(ValueError, match=r"dropout must be a float in \[0, 1\), got '0.1'"):
         DecoderBlock(_attn(), _attn(), D, D_FF, dropout="0.1")
     transformer = nn.Transformer(D, H, 1, 1, D_FF, batch_first=True)
-    with pytest.raises(TypeError, match=r"attention must be callable, got 3"):
+    with pytest.raises(TypeError, match=r"'int' object is not callable"):  # Python's own
         EncoderDecoder.from_torch(transformer, attention=3, encoder_layer=TransformerBlock.from_torch)
-    with pytest.raises(TypeError, match=r"encoder_layer must be callable, got None"):
-        EncoderDecoder.from_torch(transformer, attention=MultiHeadAttention.from_torch, encoder_layer=None)
 
 
 def test_each_module_names_its_own_inputs_and_masks():
@@ -352,9 +344,9 @@ def test_each_module_names_its_own_inputs_and_masks():
     model = EncoderDecoder(encoder, Decoder([block])).eval()
     src, tgt = torch.randn(B, M, D), torch.randn(B, N, D)
     cases = [
-        (block, (tgt.double(), src), {}, TypeError, r"tgt must have dtype torch.float32, got torch.float64"),
-        (block, (tgt, src.to("meta")), {}, ValueError, r"memory must be on cpu, got meta"),
-        (block, (tgt.long(), src), {}, TypeError, r"tgt must have dtype torch.float32, got torch.int64"),
+        (block, (tgt.double(), src), {}, TypeError, r"tgt must have a dtype in \(torch.float32,\) on cpu, got torch.float64"),
+        (block, (tgt, src.to("meta")), {}, TypeError, r"memory must have a dtype in .* on cpu, got .* on meta"),
+        (block, (tgt.long(), src), {}, TypeError, r"tgt must have a dtype in \(torch.float32,\) on cpu, got torch.int64"),
         (block, (tgt, src[:2]), {}, ValueError, r"tgt must have shape \(2, N, 16\), got \(3, 5, 16\)"),
         (block, (tgt, src), {"memory_mask": torch.ones(N, M + 1, dtype=torch.bool)}, ValueError,
          r"memory_mask must broadcast to \(3, 4, 5, 7\), got \(5, 8\)"),
@@ -362,20 +354,20 @@ def test_each_module_names_its_own_inputs_and_masks():
          r"memory_mask must broadcast to \(3, 4, 5, 7\), got \(7, 5, 7\)"),
         (block, (tgt, src), {"attn_mask": [[True]]}, TypeError, r"attn_mask must be a tensor \(3, 4, 5, 5\), got list"),
         (block, (tgt, src), {"memory_mask": torch.ones(N, M, dtype=torch.long)}, TypeError,
-         r"memory_mask must have dtype torch.bool or torch.float32, got torch.int64"),
-        (block, (tgt, src), {"memory_mask": torch.ones(N, M, dtype=torch.bool, device="meta")}, ValueError,
-         r"memory_mask must be on cpu, got meta"),
+         r"memory_mask must have a dtype in \(torch.bool, torch.float32\) on cpu, got torch.int64"),
+        (block, (tgt, src), {"memory_mask": torch.ones(N, M, dtype=torch.bool, device="meta")}, TypeError,
+         r"memory_mask must have a dtype in .* on cpu, got .* on meta"),
         (block, (tgt, src), {"memory_key_mask": torch.ones(B, M)}, TypeError,
-         r"memory_key_mask must have dtype torch.bool, got torch.float32"),
+         r"memory_key_mask must have a dtype in \(torch.bool,\) on cpu, got torch.float32"),
         (block, (tgt, src), {"memory_key_mask": torch.ones(B, N, dtype=torch.bool)}, ValueError,
          r"memory_key_mask must have shape \(3, 7\), got \(3, 5\)"),
-        (block, (tgt, src), {"key_mask": torch.ones(B, N, dtype=torch.bool, device="meta")}, ValueError,
-         r"key_mask must be on cpu, got meta"),
+        (block, (tgt, src), {"key_mask": torch.ones(B, N, dtype=torch.bool, device="meta")}, TypeError,
+         r"key_mask must have a dtype in .* on cpu, got .* on meta"),
         (encoder, (src[..., :8],), {}, ValueError, r"src must have shape \(B, M, 16\), got \(3, 7, 8\)"),
         (encoder, (src,), {"attn_mask": torch.ones(M, N, dtype=torch.bool)}, ValueError,
          r"attn_mask must broadcast to \(3, 4, 7, 7\), got \(7, 5\)"),
         (model, ([1.0], tgt), {}, TypeError, r"src must be a tensor \(B, M, D\), got list"),
-        (model, (src, tgt.double()), {}, TypeError, r"tgt must have dtype torch.float32, got torch.float64"),
+        (model, (src, tgt.double()), {}, TypeError, r"tgt must have a dtype in \(torch.float32,\) on cpu, got torch.float64"),
         (model, (src, tgt), {"src_key_mask": torch.ones(B, N, dtype=torch.bool)}, ValueError,
          r"src_key_mask must have shape \(3, 7\), got \(3, 5\)"),
         (model, (src, tgt), {"tgt_mask": torch.ones(M, M, dtype=torch.bool)}, ValueError,

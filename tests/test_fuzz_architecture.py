@@ -46,7 +46,7 @@ def _(s):
     init = {"attention": _mha(d_model, s.h), "d_model": d_model, "d_ff": 2 * d_model, "dropout": 0.1}
     calls = _module_calls(
         block_mod.TransformerBlock, init,
-        {"attention": NOT_A_MODULE, "d_model": POS_INT, "d_ff": POS_INT, "dropout": PROB,
+        {"attention": Bad(), "d_model": POS_INT, "d_ff": POS_INT, "dropout": PROB,
          "activation": Bad("tanh", 3, None), "layer_norm_eps": Bad(0.0, -1e-5, "1e-5", None)},
         lambda mod, **kw: mod(kw.pop("x"), **kw),
         {"x": r(s.b, s.n, d_model), "key_mask": ones(s.b, s.n)},
@@ -54,7 +54,7 @@ def _(s):
     )
     layer = nn.TransformerEncoderLayer(d_model, s.h, 2 * d_model, batch_first=True)
     calls.append(Call(block_mod.TransformerBlock.from_torch, {"layer": layer},
-                      {"layer": NOT_A_MODULE, "attention": Bad(3, "attention")}, "from_torch"))
+                      {"layer": NOT_A_MODULE, "attention": Bad()}, "from_torch"))
     return calls
 
 
@@ -71,7 +71,7 @@ def _(s):
     d_model = s.h * s.d
     return _module_calls(
         ed_mod.Encoder, {"layers": [_block(d_model, s.h)], "norm": nn.LayerNorm(d_model)},
-        {"layers": Bad([], [3], 3, nn.Linear(2, 2)), "norm": Bad(3, "norm")},
+        {"layers": Bad([]), "norm": Bad()},
         lambda mod, **kw: mod(kw.pop("src"), **kw),
         {"src": r(s.b, s.m, d_model), "key_mask": ones(s.b, s.m)},
         {"src": T(rank=3, tied=(-1,), names=("key_mask",)), "key_mask": KEY_MASK},
@@ -100,7 +100,7 @@ def _(s):
             "d_model": d_model, "d_ff": 2 * d_model}
     calls = _module_calls(
         ed_mod.DecoderBlock, init,
-        {"self_attention": NOT_A_MODULE, "cross_attention": NOT_A_MODULE, "d_model": POS_INT, "d_ff": POS_INT,
+        {"self_attention": Bad(), "cross_attention": Bad(), "d_model": POS_INT, "d_ff": POS_INT,
          "dropout": PROB, "activation": Bad("tanh", 3), "layer_norm_eps": Bad(0.0, "1e-5", None)},
         lambda mod, **kw: mod(kw.pop("tgt"), kw.pop("memory"), **kw),
         _decoder_inputs(s, d_model), DECODER_MASKS,
@@ -108,7 +108,7 @@ def _(s):
     layer = nn.TransformerDecoderLayer(d_model, s.h, 2 * d_model, batch_first=True)
     calls.append(Call(ed_mod.DecoderBlock.from_torch,
                       {"layer": layer, "self_attention": _mha(d_model, s.h), "cross_attention": _mha(d_model, s.h)},
-                      {"layer": NOT_A_MODULE, "self_attention": NOT_A_MODULE}, "from_torch"))
+                      {"layer": NOT_A_MODULE, "self_attention": Bad()}, "from_torch"))
     return calls
 
 
@@ -117,7 +117,7 @@ def _(s):
     d_model = s.h * s.d
     return _module_calls(
         ed_mod.Decoder, {"layers": [_decoder_block(d_model, s.h)], "norm": nn.LayerNorm(d_model)},
-        {"layers": Bad([], [3], 3), "norm": Bad(3, "norm")},
+        {"layers": Bad([]), "norm": Bad()},
         lambda mod, **kw: mod(kw.pop("tgt"), kw.pop("memory"), **kw),
         _decoder_inputs(s, d_model), DECODER_MASKS,
     )
@@ -130,7 +130,7 @@ def _(s):
     decoder = ed_mod.Decoder([_decoder_block(d_model, s.h)])
     calls = _module_calls(
         ed_mod.EncoderDecoder, {"encoder": encoder, "decoder": decoder},
-        {"encoder": NOT_A_MODULE, "decoder": NOT_A_MODULE},
+        {"encoder": Bad(), "decoder": Bad()},
         lambda mod, **kw: mod(kw.pop("src"), kw.pop("tgt"), **kw),
         {"src": r(s.b, s.m, d_model), "tgt": r(s.b, s.n, d_model), "src_key_mask": ones(s.b, s.m),
          "tgt_key_mask": ones(s.b, s.n), "src_mask": ones(s.m, s.m), "tgt_mask": ones(s.n, s.n),
@@ -146,7 +146,7 @@ def _(s):
     calls.append(Call(ed_mod.EncoderDecoder.from_torch,
                       {"transformer": transformer, "attention": mha_mod.MultiHeadAttention.from_torch,
                        "encoder_layer": block_mod.TransformerBlock.from_torch},
-                      {"transformer": NOT_A_MODULE, "attention": Bad(3, None), "encoder_layer": Bad(3, None)},
+                      {"transformer": NOT_A_MODULE, "attention": Bad(), "encoder_layer": Bad()},
                       "from_torch"))
     return calls
 

@@ -157,7 +157,8 @@ def _(s):
                                              "block": 2, "n_select": 2},
                  {"block_weights": T(rank=4, tied=(2, 3), dtype_peer=False, device_peer=False,
                                      names=("n", "m", "block")),
-                  "n": Bad(-1, 2.5, True, "2", s.n + 1), "m": Bad(-1, 2.5, "4", m + 2), "block": POS_INT,
+                  "n": Bad(-1, 2.5, True, "2", s.n + 1, names=("block_weights",)),
+                  "m": Bad(-1, 2.5, "4", m + 2, names=("block_weights",)), "block": POS_INT,
                   "n_select": POS_INT})]
 
 

@@ -236,7 +236,7 @@ def test_constructor_errors(make, error, match):
 
 def test_forward_and_generate_errors():
     m = model()
-    with pytest.raises(TypeError, match=r"input_ids must have dtype \(torch.int64, torch.int32\), got torch.float32"):
+    with pytest.raises(TypeError, match=r"input_ids must have dtype \(torch.int64, torch.int32\) on cpu, got torch.float32"):
         m(torch.zeros(1, 3))
     with pytest.raises(ValueError, match=r"input_ids must have shape \(None, None\), got \(3,\)"):
         m(torch.zeros(3, dtype=torch.long))
@@ -263,13 +263,13 @@ def test_config_loss_generation_and_training_errors():
         (lambda: GPTConfig(dropout=-0.1), ValueError, r"dropout must be in \[0.0, 1.0\), got -0.1"),
         (lambda: GPTConfig(layer_norm_eps=0.0), ValueError, r"layer_norm_eps must be in \(0.0, inf\), got 0.0"),
         (lambda: m(x + 13), ValueError, r"input_ids must lie in \[0, 13\), got \[13, 14, .*, 25\]"),
-        (lambda: m(x.to("meta")), ValueError, r"input_ids must be on cpu, got meta"),
+        (lambda: m(x.to("meta")), TypeError, r"input_ids must have dtype .* on cpu, got .* on meta"),
         (lambda: next_token_loss([0.0], x), ValueError, r"logits must have shape \(None, None, None\), got list"),
         (lambda: next_token_loss(torch.zeros(3, 7, 13), x.float()), TypeError,
-         r"input_ids must have dtype \(torch.int64, torch.int32\), got torch.float32"),
+         r"input_ids must have dtype \(torch.int64, torch.int32\) on cpu, got torch.float32"),
         (lambda: next_token_loss(torch.zeros(3, 7, 5), x), ValueError, r"input_ids must lie in \[0, 5\)"),
         (lambda: generate("model", x, 2), AttributeError, r"'str' object has no attribute 'config'"),
-        (lambda: generate(m, x.float(), 2), TypeError, r"prompt must have dtype \(torch.int64, torch.int32\), got torch.float32"),
+        (lambda: generate(m, x.float(), 2), TypeError, r"prompt must have dtype \(torch.int64, torch.int32\) on cpu, got torch.float32"),
         (lambda: generate(m, x, 2, generator=0), TypeError, r"generator must be a torch.Generator, got 0"),
         (lambda: reversal_task(0, 3, 5), ValueError, r"n_sequences must be an int >= 1, got \{'n_sequences': 0\}"),
         (lambda: train_tiny_gpt(None), TypeError, r"'NoneType' object is not callable"),

@@ -210,7 +210,7 @@ def test_validation_messages():
         att(q, torch.randn(1, 3, 4))
     with pytest.raises(ValueError, match=r"key_mask must have shape \(2, 3\), got list"):
         att(q, k, key_mask=[True])
-    with pytest.raises(TypeError, match=r"key_mask must have dtype \(torch.bool,\), got torch.float32"):
+    with pytest.raises(TypeError, match=r"key_mask must have dtype \(torch.bool,\) on cpu, got torch.float32"):
         att(q, k, key_mask=torch.ones(2, 3))
     with pytest.raises(ValueError, match=r"key_mask must have shape \(2, 3\), got \(3,\)"):
         att(q, k, key_mask=torch.ones(3, dtype=torch.bool))
@@ -275,11 +275,11 @@ def test_errors_for_dtypes_and_devices(score):
     torch.manual_seed(0)
     m = LuongAttention(4, score, window=1)
     query, keys = torch.randn(2, 1, 4), torch.randn(2, 3, 4)
-    with pytest.raises(TypeError, match=r"query must have dtype torch.float32, got torch.int64"):
+    with pytest.raises(TypeError, match=r"query must have dtype torch.float32 on cpu, got torch.int64"):
         m(query.long(), keys)
-    with pytest.raises(TypeError, match=r"keys must have dtype torch.float32, got torch.float64"):
+    with pytest.raises(TypeError, match=r"keys must have dtype torch.float32 on cpu, got torch.float64"):
         m(query, keys.double())
-    with pytest.raises(ValueError, match=r"keys must be on cpu, got meta"):
+    with pytest.raises(TypeError, match=r"keys must have dtype .* on cpu, got .* on meta"):
         m(query, keys.to("meta"))
-    with pytest.raises(ValueError, match=r"key_mask must be on cpu, got meta"):
+    with pytest.raises(TypeError, match=r"key_mask must have dtype .* on cpu, got .* on meta"):
         m(query, keys, key_mask=torch.ones(2, 3, dtype=torch.bool, device="meta"))

@@ -184,9 +184,10 @@ def test_named_errors(device):
         S.forgetting_attention(q, k, v, torch.ones(2, 2, 7, dtype=torch.float64))
     with pytest.raises(ValueError, match=r"log_f must be a floating \(B, H, N\) tensor, \(2, 2, 7\) on "):
         S.forgetting_attention(q, k, v, torch.zeros(2, 2, 6, dtype=torch.float64))
-    with pytest.raises(ValueError, match=r"q and k must be \(B, H, N, d\)"):
+    with pytest.raises(ValueError, match=r"k must be a floating \(B, H, N, d\) tensor of q's dtype, device "
+                                         r"and sizes, got torch.float64 \(2, 2, 5, 8\)"):
         S.stick_breaking_attention(q, k[..., :5, :], v)
-    with pytest.raises(ValueError, match=r"v must be a floating .* of q's dtype and device, got torch.float32"):
+    with pytest.raises(ValueError, match=r"v must be a floating .* of q's dtype, device and sizes, got torch.float32"):
         S.stick_breaking_attention(q, k, v.float())
 
 

@@ -35,10 +35,8 @@ _FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 # --8<-- [start:validate]
 def _check_arch_arg(ok, name: str, value: object, want: str, error=ValueError) -> None:
     """Raise ``error`` naming the argument, what it must be and what it got."""
-    if not ok:
-        plain = value is None or isinstance(value, (int, float, str, list))
-        got = repr(value) if plain else type(value).__name__
-        raise error(f"{name} must be {want}, got {got}")
+    if not ok:  # a module's repr runs to many lines: its first 60 characters
+        raise error(f"{name} must be {want}, got {value!r:.60}")
 
 
 def _check_arch_tensor(name, t, shape, like, dtypes=None, broadcast=False) -> None:
@@ -60,11 +58,9 @@ def _check_arch_tensor(name, t, shape, like, dtypes=None, broadcast=False) -> No
     kind = like.device.type  # under autocast, any floating dtype unless dtypes given
     amp = torch.amp.is_autocast_available(kind) and torch.is_autocast_enabled(kind)
     dtypes = dtypes or (_FLOATS if amp else (like.dtype,))
-    if t.dtype not in dtypes:
-        kinds = " or ".join(map(str, dtypes))
-        raise TypeError(f"{name} must have dtype {kinds}, got {t.dtype}")
-    if t.device != like.device:
-        raise ValueError(f"{name} must be on {like.device}, got {t.device}")
+    if t.dtype not in dtypes or t.device != like.device:
+        raise TypeError(f"{name} must have a dtype in {dtypes} on {like.device}, "
+                        f"got {t.dtype} on {t.device}")
 # --8<-- [end:validate]
 
 
@@ -168,8 +164,6 @@ class TransformerBlock(nn.Module):
         bias: bool = True,
     ) -> None:
         super().__init__()
-        _check_arch_arg(isinstance(attention, nn.Module), "attention", attention,
-                        "an nn.Module", TypeError)
         for name, size in (("d_model", d_model), ("d_ff", d_ff)):
             _check_arch_arg(isinstance(size, int) and size > 0, name, size,
                             "an int > 0")

@@ -108,10 +108,9 @@ def shard_sequence(
     dim: int = -2,
 ) -> torch.Tensor:
     """The part of a whole sequence ``x`` that ``rank`` holds under ``layout``."""
-    _check_layout(layout, rank, world_size)
     _check_dim(x, dim)
+    _check_layout(layout, rank, world_size, x.shape[dim], "the length of x along dim")
     n_chunks = world_size * (1 if layout == "contiguous" else 2)
-    _check_chunks("the length of x along dim", x.shape[dim], layout, world_size)
     pieces = x.chunk(n_chunks, dim=dim)
     return torch.cat([pieces[c] for c in _chunks_of(rank, world_size, layout)], dim=dim)
 
@@ -171,19 +170,17 @@ def _check_count(name: str, value: object, low=0, multiple=1, why="") -> None:
         raise ValueError(f"{name} must be an int >= {low}{each}, got {value!r}")
 
 
-def _check_chunks(name: str, length: object, layout: str, world_size, low=0) -> None:
-    """A length that the layout's chunks divide: P (contiguous) or 2P (zigzag)."""
-    why = f" for layout {layout!r} on world_size {world_size} (pad_to_multiple pads)"
-    chunks = world_size * (1 if layout == "contiguous" else 2)
-    _check_count(name, length, low, chunks, why)
-
-
-def _check_layout(layout: str, rank: object = 0, world_size: object = 1) -> None:
+def _check_layout(layout, rank=0, world_size=1, length=None, name="n", low=0) -> None:
+    """A layout, a rank in world_size and a length the P (2P: zigzag) chunks divide."""
     if layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
     _check_count("world_size", world_size, 1)
     if not (isinstance(rank, int) and 0 <= rank < world_size):
         raise ValueError(f"rank must be in [0, world_size={world_size}), got {rank!r}")
+    if length is not None:
+        chunks = world_size * (1 if layout == "contiguous" else 2)
+        _check_count(name, length, low, chunks, f" for layout {layout!r} on world_size "
+                     f"{world_size} (pad_to_multiple pads)")
 
 
 def _check_dim(x: object, dim: object) -> None:
@@ -196,7 +193,6 @@ def _check_dim(x: object, dim: object) -> None:
 
 def _check_shard_list(shards: object, layout: str, dim: object) -> None:
     """``shards`` must be P tensors of one shape that ``unshard_sequence`` can join."""
-    _check_layout(layout)
     if not (isinstance(shards, (list, tuple)) and shards and all(
             torch.is_tensor(t) and t.shape == shards[0].shape for t in shards)):
         got = shards if not isinstance(shards, (list, tuple)) else [
@@ -204,9 +200,7 @@ def _check_shard_list(shards: object, layout: str, dim: object) -> None:
         raise ValueError(f"shards must be a non-empty list of tensors of one shape, "
                          f"one per rank, got {got}")
     _check_dim(shards[0], dim)
-    per_rank = 1 if layout == "contiguous" else 2
-    _check_count("the shards' length along dim", shards[0].shape[dim], 0, per_rank,
-                 " (a zigzag shard holds two equal chunks)")
+    _check_layout(layout, 0, 1, shards[0].shape[dim], "the shards' length along dim")
 
 
 def _check_merge(m, l, o, scores, v) -> None:
@@ -214,9 +208,8 @@ def _check_merge(m, l, o, scores, v) -> None:
     lead = scores.shape[:-2] if torch.is_tensor(scores) else ()
     _check_cp_tensor("scores", scores, (*lead, "n", "b"))
     like, n = ("scores", scores), scores.shape[:-1]
-    _check_cp_tensor("m", m, (*n, 1), like)
-    _check_cp_tensor("l", l, (*n, 1), like)
-    _check_cp_tensor("o", o, (*n, "d"), like)
+    for name, t, shape in (("m", m, (*n, 1)), ("l", l, (*n, 1)), ("o", o, (*n, "d"))):
+        _check_cp_tensor(name, t, shape, like)
     _check_cp_tensor("v", v, (*lead, scores.shape[-1], o.shape[-1]), like)
 
 
@@ -227,23 +220,20 @@ def _world(group) -> tuple[int, int]:
     return dist.get_rank(group), dist.get_world_size(group)
 
 
-def _check_shards(q, k, v, key_mask, layout, scale=None) -> None:
+def _check_shards(q, k, v, key_mask, layout, scale=None, world_size=1) -> None:
     """Self-attention shards q (B, H, n, d), k (B, H_kv, n, d), v (B, H_kv, n, d_v)."""
-    _check_layout(layout)
     _check_cp_tensor("q", q, ("B", "H", "n", "d"))
     b, h, n, d = q.shape
     _check_cp_tensor("k", k, (b, "H_kv", n, d), ("q", q))
     _check_cp_tensor("v", v, (*k.shape[:3], "d_v"), ("q", q))
     if h % k.shape[1]:
         raise ValueError(f"k's H_kv must divide q's H = {h}, got {k.shape[1]}")
-    per_rank = 1 if layout == "contiguous" else 2
-    _check_count("n", n, 0, per_rank, " (a zigzag shard holds two equal chunks)")
-    m = key_mask
-    if m is not None and not (torch.is_tensor(m) and m.dtype == torch.bool and (
-            m.shape, m.device) == ((b, n), q.device)):
-        got = f"{m.dtype} {tuple(m.shape)} on {m.device}" if torch.is_tensor(m) else m
-        raise ValueError(f"key_mask must be None or a torch.bool (B, n) = {(b, n)} "
-                         f"tensor on {q.device}, True = real key, got {got}")
+    _check_layout(layout, 0, world_size, n)  # a zigzag shard holds two equal chunks
+    want, m = f"{torch.bool} {(b, n)} on {q.device}", key_mask
+    got = f"{m.dtype} {tuple(m.shape)} on {m.device}" if torch.is_tensor(m) else m
+    if m is not None and got != want:
+        raise ValueError(f"key_mask must be None or a (B, n) tensor, {want}, "
+                         f"True = real key, got {got}")
     if scale is not None and not (math.isfinite(scale) and scale > 0):
         raise ValueError(f"scale must be None or a finite float > 0, got {scale!r}")
 # --8<-- [end:checks]
@@ -550,9 +540,7 @@ def simulate_ring_attention(
     ring order, with the same step function as ``ring_attention``. Returns the
     whole output ``(B, H, N, d)`` and the score entries each rank computed.
     """
-    _check_layout(layout, 0, world_size)
-    _check_shards(q, k, v, key_mask, layout)
-    _check_chunks("the length n of q, k and v", q.shape[2], layout, world_size)
+    _check_shards(q, k, v, key_mask, layout, world_size=world_size)
     shard = lambda x, r: shard_sequence(x, r, world_size, layout, dim=2)  # noqa: E731
     mask_shard = lambda r: (
         None
@@ -587,8 +575,7 @@ def simulate_ring_attention(
 
 def causal_work_per_rank(n: int, world_size: int, layout: str) -> list[int]:
     """Score entries each rank computes under a causal mask (hidden tiles skipped)."""
-    _check_layout(layout, 0, world_size)
-    _check_chunks("n", n, layout, world_size, 1)
+    _check_layout(layout, 0, world_size, n, "n", 1)
     x = torch.zeros(1, 1, n, 1)
     return simulate_ring_attention(x, x, x, world_size, is_causal=True, layout=layout)[
         1

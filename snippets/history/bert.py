@@ -53,11 +53,10 @@ def _check_tensor(name, t, shape, like: torch.Tensor, dtypes=None) -> None:
     fill = tuple(n if s is None else s for s, n in zip(shape, got))  # None takes got's
     if got != fill or len(got) != len(shape):
         raise ValueError(f"{name} must have shape {tuple(shape)}, got {got}")
-    ok = t.dtype in (dtypes or (like.dtype,))  # under autocast, like's dtype may differ
-    if not ok and not (dtypes is None and torch.is_autocast_enabled(like.device.type)):
-        raise TypeError(f"{name} must have dtype {dtypes or like.dtype}, got {t.dtype}")
-    if t.device != like.device:
-        raise ValueError(f"{name} must be on {like.device}, got {t.device}")
+    amp = dtypes is None and torch.is_autocast_enabled(like.device.type)  # any dtype
+    if t.dtype not in (dtypes or (like.dtype,)) and not amp or t.device != like.device:
+        raise TypeError(f"{name} must have dtype {dtypes or like.dtype} on "
+                        f"{like.device}, got {t.dtype} on {t.device}")
 
 
 def _check_number(name: str, value, low: float, high=math.inf, *, low_ok=True) -> None:

@@ -334,7 +334,9 @@ def _check_select(q_idx, k_idx, w, m, top_k):
 
 def _check_v4(q, kv, entries, selected, sink, m, window, scale):
     """q (B, H, N, d); kv (B, 1, N, d); entries (B, 1, N // m, d); sink (H,)."""
-    _check_v4_counts(compress_rate=m, window=window, scale=scale)
+    _check_v4_counts(compress_rate=m, window=window)
+    if scale is not None and not (math.isfinite(scale) and scale > 0):
+        raise ValueError(f"scale must be None or a finite number > 0, got {scale!r}")
     _check_lin_tensor("q", q, ("B", "H", "N", "d"))
     b, h, n, d = q.shape
     _check_lin_tensor("kv", kv, (b, 1, n, d), ("q", q))
@@ -349,15 +351,11 @@ def _check_v4(q, kv, entries, selected, sink, m, window, scale):
 
 
 def _check_v4_counts(**named):
-    """Ints >= 1 (window, index_bytes: >= 0; top_k may be None); scale None or > 0."""
-    for name, value in named.items():
+    """Ints >= 1 (window, index_bytes: >= 0; top_k may be None)."""
+    for name, v in named.items():
         low = 0 if name in ("window", "index_bytes") else 1
-        want, ok = f"an int >= {low}", isinstance(value, int) and value >= low
-        if name == "scale":
-            want, ok = "None or a finite number > 0", value is None or (
-                math.isfinite(value) and value > 0)
-        if not (ok or (name, value) == ("top_k", None)):
-            raise ValueError(f"{name} must be {want}, got {value!r}")
+        if not (isinstance(v, int) and v >= low or (name, v) == ("top_k", None)):
+            raise ValueError(f"{name} must be an int >= {low}, got {v!r}")
 
 
 def _check_lin_tensor(name, t, shape, like=None, dtype=True) -> None:

@@ -221,14 +221,12 @@ def _dtype_and_shape(x: object) -> str:
 
 def _check_heads(q, k, v, scale, log_f=None) -> None:
     """q, k (B, H, N, d), v (B, H, N, d_v) of q's dtype and device; log_f if given."""
-    for name, t in (("q", q), ("k", k), ("v", v)):
+    for name, t in (("q", q), ("k", k), ("v", v)):  # k (B, H, N, d), v (B, H, N, d_v)
         if not (torch.is_tensor(t) and t.is_floating_point() and t.dim() == 4) or (
-                t.dtype, t.device) != (q.dtype, q.device):
+                t.dtype, t.device, t.shape[:3]) != (q.dtype, q.device, q.shape[:3]) or (
+                name == "k" and t.shape != q.shape):
             raise ValueError(f"{name} must be a floating (B, H, N, d) tensor of q's "
-                             f"dtype and device, got {_dtype_and_shape(t)}")
-    if k.shape != q.shape or v.shape[:-1] != q.shape[:-1]:
-        raise ValueError(f"q and k must be (B, H, N, d) and v (B, H, N, d_v), got q "
-                         f"{tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}")
+                             f"dtype, device and sizes, got {_dtype_and_shape(t)}")
     if scale is not None and not (math.isfinite(scale) and scale > 0):
         raise ValueError(f"scale must be None or a finite float > 0, got {scale!r}")
     if log_f is not None:

@@ -432,8 +432,5 @@ def _check_indexer(q_idx: object, k_idx: object, w: object) -> None:
 def _check_selection(block_weights, n: int, m: int, block: int, n_select: int) -> None:
     _check_sparse_ints(0, n=n, m=m)
     _check_sparse_ints(block=block, n_select=n_select)
-    _check_lin_tensor("block_weights", block_weights, ("B", "H", "n", "m // block"))
-    if block_weights.shape[-2:] != (n, m // block):
-        raise ValueError(f"block_weights must have shape (B, H, n, m // block) = "
-                         f"(B, H, {n}, {m // block}), got {tuple(block_weights.shape)}")
+    _check_lin_tensor("block_weights", block_weights, ("B", "H", n, m // block))
 # --8<-- [end:checks]
