@@ -190,16 +190,16 @@ def test_validation():
         alibi_bias(torch.ones(2, 2), 3, 3)
     with pytest.raises(ValueError, match=r"slopes must be a floating tensor \(H\), got \[0.5\]"):
         alibi_bias([0.5], 3, 3)
-    with pytest.raises(ValueError, match=r"n_keys must be an int >= 0, got -1"):
+    with pytest.raises(ValueError, match=r"n_keys must be an int >= 0.*, got -1"):
         alibi_bias(alibi_slopes(2), 3, -1)
-    with pytest.raises(ValueError, match=r"n_keys must be at least n_queries = 4 when causal, got 3"):
+    with pytest.raises(ValueError, match=r"n_keys must be an int >= 0, M >= N = 4 when causal, got 3"):
         alibi_bias(alibi_slopes(2), 4, 3)
     q, k, v = _qkv()
     with pytest.raises(ValueError, match=r"k must be a floating tensor \(2, 4, M, 8\) .*, got torch.float64 \(6, 8\)"):
         alibi_attention(q, k[0, 0], v, alibi_slopes(4))
     with pytest.raises(ValueError, match=r"slopes must be a floating tensor \(4\), got torch.float32 \(8,\)"):
         alibi_attention(q, k, v, alibi_slopes(8))
-    with pytest.raises(ValueError, match=r"k must be at least N = 6 keys long when causal, got \(2, 4, 5, 8\)"):
+    with pytest.raises(ValueError, match=r"k must be .*, M >= N = 6 when causal, got torch.float64 \(2, 4, 5, 8\)"):
         alibi_attention(q, k[..., :5, :], v[..., :5, :], alibi_slopes(4))
 
 
@@ -226,7 +226,7 @@ def test_attention_errors_for_heads_widths_lengths_dtypes_and_slopes():
     """The checks that run before F.scaled_dot_product_attention could fail deep inside."""
     q, k, v = _qkv()
     slopes = alibi_slopes(4)
-    with pytest.raises(ValueError, match=r"k must be a floating tensor \(2, 4, M, 8\) of torch.float64 on cpu, "
+    with pytest.raises(ValueError, match=r"k must be a floating tensor \(2, 4, M, 8\) of torch.float64 on cpu, .*"
                                          r"got torch.float64 \(2, 2, 6, 8\)"):
         alibi_attention(q, k[:, :2], v, slopes)
     with pytest.raises(ValueError, match=r"k must be .*, got torch.float64 \(2, 4, 6, 4\)"):
@@ -235,7 +235,7 @@ def test_attention_errors_for_heads_widths_lengths_dtypes_and_slopes():
         alibi_attention(q, k, v[..., :5, :], slopes)
     with pytest.raises(ValueError, match=r"q must be a floating tensor \(B, H, N, d\), got torch.int64"):
         alibi_attention(q.long(), k, v, slopes)
-    with pytest.raises(ValueError, match=r"k must be a floating tensor .* of torch.float64 on cpu, got torch.float32"):
+    with pytest.raises(ValueError, match=r"k must be a floating tensor .* of torch.float64 on cpu, .*got torch.float32"):
         alibi_attention(q, k.float(), v, slopes)
     with pytest.raises(ValueError, match=r"v must be a floating tensor .* on cpu, got torch.float64 \(2, 4, 6, 8\) on meta"):
         alibi_attention(q, k, v.to("meta"), slopes)

@@ -169,7 +169,7 @@ def test_is_causal_with_fewer_queries_than_keys():
 
 def test_cached_decode_rejects_more_queries_than_keys():
     q = torch.randn(1, 1, 3, 4)
-    with pytest.raises(ValueError, match=r"\(N <= M for a cached decode\), got \[\(1, 1, 3, 4\), \(1, 1, 2, 4\), \(1, 1, 2, 4\), \(\)\]"):
+    with pytest.raises(ValueError, match=r"\(N <= M for a cached decode\), got \[\(\(1, 1, 3, 4\), .*\(\(1, 1, 2, 4\), .*\(\(1, 1, 2, 4\), .*NoneType"):
         cm.cached_decode(q, q[..., :2, :], q[..., :2, :])
 
 
@@ -280,7 +280,7 @@ def test_allowed_must_be_bool():
     scores = torch.zeros(3, 4)
     with pytest.raises(ValueError, match=r"allowed a bool mask on its device .* got \[.*, \(\(3, 4\), torch.float32"):
         cm.masked_weights(scores, ALLOWED.float())
-    with pytest.raises(ValueError, match=r"q, k, v, allowed must fit .* and allowed <class 'list'>"):
+    with pytest.raises(ValueError, match=r"q, k, v, allowed must fit .* <class 'list'>\]"):
         cm.masked_attention(scores, scores, scores, [[True]])
     mha = nn.MultiheadAttention(4, 1, batch_first=True)
     with pytest.raises(ValueError, match=r"allowed None or \(N, N\) bool there; got \[.*, \(\(3, 3\), torch.int64"):
@@ -325,15 +325,15 @@ def test_exercise_three_queries_five_keys():
 def test_score_functions_check_q_and_k(fn):
     q, k = torch.randn(2, 3, 5, 4), torch.randn(2, 3, 6, 4)
     cases = [
-        ((q, [1.0]), TypeError, r"k must be a floating \(\.\.\., L, d\) tensor with q's dtype and device, got <class 'list'>"),
-        ((q.long(), k), TypeError, r"q must be a floating \(\.\.\., L, d\) tensor with q's dtype and device, got \(\(2, 3, 5, 4\), torch.int64"),
-        ((q[0, 0, 0], k), TypeError, r"q must be a floating \(\.\.\., L, d\) tensor with q's dtype and device, got \(\(4,\), torch.float32"),
-        ((q, k.double()), TypeError, r"k must be a floating \(\.\.\., L, d\) tensor with q's dtype and device, got \(\(2, 3, 6, 4\), torch.float64"),
-        ((q, k.to("meta")), TypeError, r"k must be a floating \(\.\.\., L, d\) tensor with q's dtype and device, got .*meta"),
-        ((q, k[..., :3]), ValueError, r"q, k, v, allowed must fit .* got \[\(2, 3, 5, 4\), \(2, 3, 6, 3\), "
-                                      r"\(2, 3, 6, 3\), \(\)\]"),
-        ((q, k[:, :2]), ValueError, r"q, k, v, allowed must fit .* got \[\(2, 3, 5, 4\), \(2, 2, 6, 4\), "
-                                    r"\(2, 2, 6, 4\), \(\)\]"),
+        ((q, [1.0]), ValueError, r"q, k, v, allowed must fit .* got \[.*, <class 'list'>, <class 'list'>, "),
+        ((q.long(), k), ValueError, r"floating alike, .* got \[\(\(2, 3, 5, 4\), torch.int64"),
+        ((q[0, 0, 0], k), ValueError, r"q, k, v, allowed must fit .* got \[\(\(4,\), torch.float32"),
+        ((q, k.double()), ValueError, r"floating alike, .* got \[.*, \(\(2, 3, 6, 4\), torch.float64"),
+        ((q, k.to("meta")), ValueError, r"on q's device .* got \[.*, \(\(2, 3, 6, 4\), torch.float32, device\(type='meta'\)"),
+        ((q, k[..., :3]), ValueError, r"q, k, v, allowed must fit .* got \[\(\(2, 3, 5, 4\), .*\(\(2, 3, 6, 3\), "
+                                      r".*\(\(2, 3, 6, 3\), .*NoneType"),
+        ((q, k[:, :2]), ValueError, r"q, k, v, allowed must fit .* got \[\(\(2, 3, 5, 4\), .*\(\(2, 2, 6, 4\), "
+                                    r".*\(\(2, 2, 6, 4\), .*NoneType"),
     ]
     for args, error, match in cases:
         with pytest.raises(error, match=match):
@@ -360,11 +360,11 @@ def test_projection_functions_check_x_and_weights(fn):
 def test_masked_attention_checks_qkv_and_allowed(fn):
     q, k, v = torch.randn(2, 3, 4), torch.randn(2, 5, 4), torch.randn(2, 5, 4)
     allowed = torch.ones(3, 5, dtype=torch.bool)
-    with pytest.raises(ValueError, match=r"q, k, v, allowed must fit .* got \[\(2, 3, 4\), \(2, 5, 4\), \(3, 5, 4\)"):
+    with pytest.raises(ValueError, match=r"q, k, v, allowed must fit .* got \[\(\(2, 3, 4\), .*\(\(2, 5, 4\), .*\(\(3, 5, 4\)"):
         fn(q, k, v[:1].expand(3, -1, -1), allowed)
-    with pytest.raises(ValueError, match=r"q, k, v, allowed must fit .* got \[.*, \(3, 4\)\] and allowed torch.bool"):
+    with pytest.raises(ValueError, match=r"q, k, v, allowed must fit .* got \[.*, \(\(3, 4\), torch.bool"):
         fn(q, k, v, allowed[:, :4])
-    with pytest.raises(ValueError, match=r"\(\.\.\., N, M\) bool on q's device .* got \[.*, \(3, 5\)\] and allowed"):
+    with pytest.raises(ValueError, match=r"\(\.\.\., N, M\) bool, on q's device .* got \[.*, \(\(3, 5\), torch.bool, device\(type='meta'\)\)\]"):
         fn(q, k, v, allowed.to("meta"))
 
 
@@ -384,11 +384,11 @@ def test_masked_weights_check_scores_and_allowed(fn):
 @pytest.mark.parametrize("fn", [cm.cached_decode_wrong, cm.cached_decode, cm.cached_decode_bias])
 def test_cached_decode_checks_qkv(fn):
     q, k = torch.randn(1, 2, 1, 4), torch.randn(1, 2, 5, 4)
-    with pytest.raises(ValueError, match=r"q, k, v, allowed must fit .* got \[\(1, 2, 1, 4\), \(1, 3, 5, 4\)"):
+    with pytest.raises(ValueError, match=r"q, k, v, allowed must fit .* got \[\(\(1, 2, 1, 4\), .*\(\(1, 3, 5, 4\)"):
         fn(q, torch.randn(1, 3, 5, 4), torch.randn(1, 3, 5, 4))
-    with pytest.raises(TypeError, match=r"v must be a floating \(\.\.\., L, d\) tensor with q's dtype and device, got \(\(1, 2, 5, 4\), torch.int64"):
+    with pytest.raises(ValueError, match=r"floating alike, .* got \[.*, \(\(1, 2, 5, 4\), torch.int64"):
         fn(q, k, k.long())
-    with pytest.raises(ValueError, match=r"\(N <= M for a cached decode\), got \[\(1, 2, 5, 4\), \(1, 2, 1, 4\)"):
+    with pytest.raises(ValueError, match=r"\(N <= M for a cached decode\), got \[\(\(1, 2, 5, 4\), .*\(\(1, 2, 1, 4\)"):
         fn(k, q, q)
 
 
@@ -420,20 +420,20 @@ def test_dropout_modules_check_rate_and_inputs(cls):
     with pytest.raises(ValueError, match=r"dropout must be a float in \[0, 1\), got '0.1'"):
         cls("0.1")
     q = torch.randn(1, 2, 3, 4)
-    with pytest.raises(TypeError, match=r"k must be a floating \(\.\.\., L, d\) tensor with q's dtype and device, got .*meta"):
+    with pytest.raises(ValueError, match=r"on q's device .* got \[.*, \(\(1, 2, 3, 4\), torch.float32, device\(type='meta'\)"):
         cls(0.1)(q, q.to("meta"), q)
 
 
 def test_the_qkv_checks_of_this_file():
     q = torch.randn(1, 2, 3, 4)
     cases = [
-        (([1.0], q, q), TypeError, r"q must be a floating \(\.\.\., L, d\) tensor with q's dtype and device, got <class 'list'>"),
-        ((q, q[0, 0, 0], q), TypeError, r"k must be a floating \(\.\.\., L, d\) tensor with q's dtype and device, got \(\(4,\), torch.float32"),
-        ((q, q, q.double()), TypeError, r"v must be a floating \(\.\.\., L, d\) tensor with q's dtype and device, got \(\(1, 2, 3, 4\), torch.float64"),
-        ((q, q[..., :2], q), ValueError, r"q, k, v, allowed must fit .* got \[\(1, 2, 3, 4\), \(1, 2, 3, 2\), "
-                                         r"\(1, 2, 3, 4\), \(\)\]"),
-        ((q, q, q[..., :2, :]), ValueError, r"q, k, v, allowed must fit .* got \[\(1, 2, 3, 4\), \(1, 2, 3, 4\), "
-                                            r"\(1, 2, 2, 4\), \(\)\]"),
+        (([1.0], q, q), ValueError, r"q, k, v, allowed must fit .* got \[<class 'list'>, "),
+        ((q, q[0, 0, 0], q), ValueError, r"q, k, v, allowed must fit .* got \[.*, \(\(4,\), torch.float32"),
+        ((q, q, q.double()), ValueError, r"floating alike, .* got \[.*, \(\(1, 2, 3, 4\), torch.float64"),
+        ((q, q[..., :2], q), ValueError, r"q, k, v, allowed must fit .* got \[\(\(1, 2, 3, 4\), .*"
+                                         r"\(\(1, 2, 3, 2\), .*\(\(1, 2, 3, 4\), .*NoneType"),
+        ((q, q, q[..., :2, :]), ValueError, r"q, k, v, allowed must fit .* got \[\(\(1, 2, 3, 4\), .*"
+                                            r"\(\(1, 2, 3, 4\), .*\(\(1, 2, 2, 4\), .*NoneType"),
     ]
     for args, error, match in cases:
         with pytest.raises(error, match=match):

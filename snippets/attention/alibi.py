@@ -107,7 +107,8 @@ def alibi_bias(
     Returns:
         ``(H, N, M)`` in the slopes' dtype, to be added to the scores.
     """
-    _check_bias_call(slopes, n_queries, n_keys, causal)
+    _check_alibi(causal, slopes=(slopes, "H", None), n_queries=(n_queries, "N", int),
+                 n_keys=(n_keys, "M", int))
     return linear_bias(slopes, n_queries, n_keys, causal)
 
 
@@ -129,7 +130,8 @@ def alibi_attention(
     Returns:
         ``(B, H, N, d_v)``.
     """
-    _check_alibi_inputs(q, k, v, slopes, causal)
+    _check_alibi(causal, q=(q, "BHNd", None), k=(k, "BHMd", q),
+                 v=(v, ("B", "H", "M", "d_v"), q), slopes=(slopes, "H", None))
     return attention_with_linear_biases(q, k, v, slopes.to(q.device), causal)
 # --8<-- [end:faces]
 
@@ -141,18 +143,6 @@ def _check_heads_arg(ok: bool, name: str, got: object, want: str) -> None:
         raise ValueError(f"{name} must be {want}, got {got}")
 
 
-def _check_alibi_tensor(name: str, t: object, shape: tuple, like=None) -> None:
-    """Refuse t unless it is a floating tensor of this shape (a letter takes any
-    size) and, when like is given, of like's dtype and on like's device."""
-    ok = isinstance(t, Tensor) and t.is_floating_point() and t.dim() == len(shape)
-    ok = ok and all(isinstance(w, str) or s == w for s, w in zip(t.shape, shape))
-    ok = ok and (like is None or (t.dtype, t.device) == (like.dtype, like.device))
-    got = f"{t.dtype} {tuple(t.shape)} on {t.device}" if isinstance(t, Tensor) else t
-    want = f"a floating tensor ({', '.join(map(str, shape))})"
-    peer = "" if like is None else f" of {like.dtype} on {like.device}"
-    _check_heads_arg(ok, name, got, want + peer)
-
-
 def _check_slopes_call(n_heads: int, dtype: torch.dtype) -> None:
     """Refuse a head count that is not an int > 0 and a dtype that is not floating."""
     _check_heads_arg(isinstance(n_heads, int) and n_heads > 0, "n_heads", n_heads,
@@ -161,23 +151,24 @@ def _check_slopes_call(n_heads: int, dtype: torch.dtype) -> None:
     _check_heads_arg(ok, "dtype", dtype, "a floating torch.dtype")
 
 
-def _check_bias_call(slopes: Tensor, n_queries: int, n_keys: int, causal: bool) -> None:
-    """Refuse slopes that are not (H,) floats and lengths a causal bias cannot align."""
-    _check_alibi_tensor("slopes", slopes, ("H",))
-    for name, size in (("n_queries", n_queries), ("n_keys", n_keys)):
-        _check_heads_arg(isinstance(size, int) and size >= 0, name, size, "an int >= 0")
-    _check_heads_arg(not causal or n_queries <= n_keys, "n_keys", n_keys,
-                     f"at least n_queries = {n_queries} when causal")
-
-
-def _check_alibi_inputs(q: Tensor, k: Tensor, v: Tensor, slopes, causal) -> None:
-    """Refuse q, k, v that are not (B, H, length, width) alike, or slopes not (H,)."""
-    _check_alibi_tensor("q", q, ("B", "H", "N", "d"))
-    b, h, n, d = q.shape
-    _check_alibi_tensor("k", k, (b, h, "M", d), q)
-    _check_alibi_tensor("v", v, (b, h, k.shape[2], "d_v"), q)
-    _check_alibi_tensor("slopes", slopes, (h,))
-    # causal: the N queries are the last N of the M keys
-    _check_heads_arg(not causal or n <= k.shape[2], "k", tuple(k.shape),
-                     f"at least N = {n} keys long when causal")
+def _check_alibi(causal: bool, **named: tuple) -> None:
+    """Refuse name=(t, dims, like) unless t is a floating tensor of shape dims, each
+    letter one size across the arguments, with like's dtype and device (None: any);
+    like=int marks a size, an int >= 0. A causal call needs M >= N."""
+    sizes = {}
+    for name, (t, dims, like) in named.items():
+        size, tensor = like is int, isinstance(t, Tensor)
+        shown = ", ".join(str(sizes.get(c, c)) for c in dims)
+        late = causal and "M" in shown  # the first M: the N queries are its last N
+        ok = isinstance(t, int) and t >= 0 if size else tensor and t.is_floating_point()
+        shape = (t,) if size else tuple(t.shape) if tensor else ()
+        ok = ok and len(shape) == len(dims) and all(
+            sizes.setdefault(c, s) == s for c, s in zip(dims, shape))
+        peer = f" of {like.dtype} on {like.device}" if isinstance(like, Tensor) else ""
+        ok = ok and (not peer or (t.dtype, t.device) == (like.dtype, like.device))
+        ok = ok and not (late and sizes["M"] < sizes["N"])
+        got = f"{t.dtype} {shape} on {t.device}" if tensor else t
+        want = "an int >= 0" if size else f"a floating tensor ({shown}){peer}"
+        causal_note = f", M >= N = {sizes['N']} when causal" if late else ""
+        _check_heads_arg(ok, name, got, want + causal_note)
 # --8<-- [end:validate]

@@ -60,29 +60,26 @@ def _mistake_got(t: object) -> object:
 
 
 def _check_attn(q, k, v=None, allowed=None, decode: bool = False) -> None:
-    """Refuse q (..., N, d), k (..., M, d), v (..., M, d_v), bool allowed (..., N, M)
-    that cannot be attended together; a cached decode step also needs N <= M."""
+    """Refuse q (..., N, d), k (..., M, d), v (..., M, d_v) not floating alike on one
+    device, allowed unless None or bool (..., N, M); a cached decode needs N <= M."""
     v = k if v is None else v
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if not (torch.is_tensor(t) and t.is_floating_point() and t.dim() >= 2
-                and (t.dtype, t.device) == (q.dtype, q.device)):
-            raise TypeError(f"{name} must be a floating (..., L, d) tensor with q's "
-                            f"dtype and device, got {_mistake_got(t)}")
-    shapes = [tuple(getattr(t, "shape", ())) for t in (q, k, v, allowed)]
     try:  # the leading (batch, head) dimensions pair up as in torch.matmul
         lead = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
         scores = (*lead, q.shape[-2], k.shape[-2])
-        fits = torch.broadcast_shapes(shapes[3], scores) == scores
-    except RuntimeError:
+        fits = torch.broadcast_shapes(getattr(allowed, "shape", ()), scores) == scores
+        fits = fits and q.shape[-1] == k.shape[-1] and k.shape[-2] == v.shape[-2]
+        fits = fits and not (decode and scores[-2] > scores[-1])
+        fits = fits and all(t.is_floating_point() and (t.dtype, t.device) == (
+            q.dtype, q.device) for t in (q, k, v))
+        fits = fits and (allowed is None or (allowed.dtype, allowed.device) == (
+            torch.bool, q.device))
+    except (AttributeError, IndexError, RuntimeError):  # not tensors, or under 2-D
         fits = False
-    mask = allowed is None or torch.is_tensor(allowed) and allowed.dtype == torch.bool
-    fits = fits and mask and getattr(allowed, "device", q.device) == q.device
-    fits = fits and q.shape[-1] == k.shape[-1] and k.shape[-2] == v.shape[-2]
-    if not fits or decode and q.shape[-2] > k.shape[-2]:
+    if not fits:
         raise ValueError(f"q, k, v, allowed must fit (..., N, d), (..., M, d), "
-                         f"(..., M, d_v), (..., N, M) bool on q's device (N <= M for a "
-                         f"cached decode), got {shapes} and allowed "
-                         f"{getattr(allowed, 'dtype', type(allowed))}")
+                         f"(..., M, d_v) floating alike, (..., N, M) bool, on q's "
+                         f"device (N <= M for a cached decode), got "
+                         f"{[_mistake_got(t) for t in (q, k, v, allowed)]}")
 
 
 def _check_scores_allowed(scores: torch.Tensor, allowed: torch.Tensor) -> None:

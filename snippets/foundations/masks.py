@@ -146,9 +146,8 @@ def _check_lengths(lengths: torch.Tensor, max_len: int | None) -> None:
 
 def _check_combine(attn_mask: torch.Tensor | None, key_mask: torch.Tensor | None):
     """Refuse masks that are not bool, or that do not broadcast on one device."""
-    for name, t, ranks in (("attn_mask", attn_mask, (2, 3, 4)),
-                           ("key_mask", key_mask, (2,))):
-        _check_mask(name, t, (torch.bool,), ranks, optional=True)
+    _check_mask("attn_mask", attn_mask, (torch.bool,), (2, 3, 4), optional=True)
+    _check_mask("key_mask", key_mask, (torch.bool,), (2,), optional=True)
     if attn_mask is None or key_mask is None:
         return
     (b, m), lead = key_mask.shape, attn_mask.shape[0] if attn_mask.dim() > 2 else 1
