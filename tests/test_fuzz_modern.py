@@ -42,6 +42,8 @@ def _gpt_block(c):
 
 
 MODERN_INT = Bad(0, -1, 2.5, True, "2", None)  # an int >= 1 that must be given
+# a size > 0: a float such as 2.5 reaches torch, whose own TypeError refuses it
+SIZE = Bad(0, -1, True, "2", None)
 # L, passed on by rope_inv_freq to the scaling function that reads it as original_length
 ORIGINAL_L = Bad(0, -1, 2.5, True, "2", None, names=("original_length",))
 HEADS = {"q": T(rank=4, tied=(0, 1, 3), names=("k", "v")), "k": T(rank=4, tied=(0, 1, 2, 3), names=("q", "v")),
@@ -72,21 +74,21 @@ def _kernel_calls(fn, s, extra, extra_specs):
 @fuzz("modern.modern_block.RMSNorm")
 def _(s):
     return _module_calls(
-        modern_block.RMSNorm, {"d": s.d, "eps": 1e-5}, {"d": POS_INT, "eps": Bad(0.0, -1.0, float("nan"), "1e-6", None)},
+        modern_block.RMSNorm, {"d": s.d, "eps": 1e-5}, {"d": SIZE, "eps": Bad(0.0, -1.0, float("nan"), "1e-6", None)},
         lambda mod, x: mod(x), {"x": r(s.b, s.n, s.d)}, {"x": T(min_rank=1, tied=(-1,), dtype_peer=False)},
     )
 
 
 @fuzz("modern.modern_block.SwiGLU")
 def _(s):
-    return _module_calls(modern_block.SwiGLU, {"d_model": s.d, "d_ff": 3}, {"d_model": POS_INT, "d_ff": POS_INT},
+    return _module_calls(modern_block.SwiGLU, {"d_model": s.d, "d_ff": 3}, {"d_model": SIZE, "d_ff": SIZE},
                          lambda mod, x: mod(x), {"x": r(s.b, s.n, s.d)}, {"x": T(min_rank=1, tied=(-1,))})
 
 
 @fuzz("modern.modern_block.swiglu_width")
 def _(s):
     return [Call(modern_block.swiglu_width, {"d_model": 4 * s.d, "multiple_of": 8, "ffn_dim_multiplier": 1.3},
-                 {"d_model": POS_INT, "multiple_of": POS_INT,
+                 {"d_model": SIZE, "multiple_of": SIZE,
                   "ffn_dim_multiplier": Bad(0.0, -1.0, float("nan"), float("inf"), "1.3", True)})]
 
 
@@ -125,7 +127,7 @@ _rope_entries(modern_block, "modern_block")
 @fuzz("modern.modern_block.meta_to_half_split")
 def _(s):
     return [Call(modern_block.meta_to_half_split, {"weight": r(s.h * 2 * s.d, s.d + 1), "n_heads": s.h},
-                 {"weight": T(rank=2, tied=(0,), device_peer=False, dtype_peer=False), "n_heads": POS_INT})]
+                 {"weight": T(rank=2, tied=(0,), device_peer=False, dtype_peer=False), "n_heads": SIZE})]
 
 
 @fuzz("modern.modern_block.sdpa_attend")
@@ -139,7 +141,7 @@ def _decoder_attention_init(s):
 
 
 DECODER_INIT_SPECS = {
-    "d_model": POS_INT, "n_heads": POS_INT, "n_kv_heads": Bad(0, 3, 2.5, True, "2"), "d_head": Bad(0, 2.5, True, "2"),
+    "d_model": SIZE, "n_heads": SIZE, "n_kv_heads": Bad(0, 3, True, "2"), "d_head": Bad(0, True, "2"),
     "qk_norm": Bad("layer", 3), "rope_base": Bad(1.0, "1e4", True),
     "norm_eps": Bad(0.0, -1.0, "1e-6", None, names=("eps",)),  # refused by the QK-norm's RMSNorm
     "rotary_dim": Bad(0, 3, 64, 2.5, "2"), "scale": Bad(0.0, -1.0, float("nan"), "1", True),
@@ -172,7 +174,7 @@ def _(s):
     init = {"attention": modern_block.DecoderAttention(d_model, 4, 2), "d_model": d_model, "d_ff": 3}
     return _module_calls(
         modern_block.DecoderLayer, init,
-        {"d_model": POS_INT, "d_ff": POS_INT,
+        {"d_model": SIZE, "d_ff": SIZE,
          "norm_eps": Bad(0.0, "1e-6", None, names=("eps",))},
         lambda mod, **kw: mod(kw.pop("x"), **kw), {"x": r(s.b, s.n, d_model), "attn_mask": ones(s.n, s.n)},
         {"x": T(rank=3, tied=(1, -1), names=("attn_mask",)), "attn_mask": T(BOOL, tied=(0, 1), lead_fixed=True)},
@@ -248,7 +250,7 @@ def _(s):
     for per in ("element", "head"):
         calls += _module_calls(
             modern_gates.OutputGate, {"d_model": d_model, "n_heads": s.h, "d_head": s.d, "per": per},
-            {"d_model": POS_INT, "n_heads": POS_INT, "d_head": POS_INT, "per": Bad("channel", 3, None)},
+            {"d_model": SIZE, "n_heads": SIZE, "d_head": SIZE, "per": Bad("channel", 3, None)},
             lambda mod, **kw: mod(kw.pop("x"), kw.pop("out")),
             {"x": r(s.b, s.n, d_model), "out": r(s.b, s.n, s.h * s.d)},
             {"x": T(rank=3, tied=(0, 1, 2), names=("out",)), "out": T(rank=3, tied=(0, 1, 2), names=("x",))},
@@ -259,7 +261,7 @@ def _(s):
 @fuzz("modern.gates_and_caps.split_fused_q_gate")
 def _(s):
     return [Call(modern_gates.split_fused_q_gate, {"weight": r(2 * s.h * s.d, s.d + 1), "n_heads": s.h, "d_head": s.d},
-                 {"weight": T(ANY, rank=2, tied=(0,), device_peer=False), "n_heads": POS_INT, "d_head": POS_INT})]
+                 {"weight": T(ANY, rank=2, tied=(0,), device_peer=False), "n_heads": SIZE, "d_head": SIZE})]
 
 
 # latent_attention.py
@@ -273,9 +275,9 @@ LATENT_K_ROPE = T(rank=3, tied=(0, 1, 2), names=("c",))
 def _(s):
     init = {"batch": s.b, "kv_lora_rank": 3, "rope_dim": 2, "max_len": s.n + 2}
     return [
-        Call(modern_mla.LatentCache, init, {"batch": POS_INT, "kv_lora_rank": POS_INT, "rope_dim": POS_INT,
+        Call(modern_mla.LatentCache, init, {"batch": SIZE, "kv_lora_rank": SIZE, "rope_dim": SIZE,
                                             # any dtype: update refuses a latent of another
-                                            "max_len": POS_INT, "dtype": Bad()}, "init"),
+                                            "max_len": SIZE, "dtype": Bad()}, "init"),
         Call(lambda **kw: modern_mla.LatentCache(**init).update(**kw), {"c": r(s.b, s.n, 3), "k_rope": r(s.b, s.n, 2)},
              {"c": LATENT_C, "k_rope": LATENT_K_ROPE}, "update"),
     ]
@@ -294,8 +296,8 @@ def _(s):
     forward = lambda **kw: module(kw.pop("x"), **kw)  # noqa: E731
     cache = lambda: module.make_cache(s.b, s.n + 3)  # noqa: E731
     calls = [Call(modern_mla.MultiHeadLatentAttention, init,
-                  {"d_model": POS_INT, "n_heads": POS_INT, "kv_lora_rank": POS_INT, "q_lora_rank": Bad(0, 2.5, True, "2"),
-                   "qk_nope_head_dim": POS_INT, "v_head_dim": POS_INT,
+                  {"d_model": SIZE, "n_heads": SIZE, "kv_lora_rank": SIZE, "q_lora_rank": Bad(0, True, "2"),
+                   "qk_nope_head_dim": SIZE, "v_head_dim": SIZE,
                    # refused by RoPE's own check, as its rotary_dim and base
                    "rope_dim": Bad(0, 3, 2.5, True, "2", names=("rotary_dim",)),
                    "rope_base": Bad(1.0, float("nan"), float("inf"), "1e4", None, True, names=("base",)),
@@ -517,7 +519,7 @@ def _(s):
     module = modern_sinks.LearnedSinks(s.h, init=0.5)
     forward = lambda **kw: module(kw.pop("q"), kw.pop("k"), kw.pop("v"), **kw)  # noqa: E731
     return [Call(modern_sinks.LearnedSinks, {"n_heads": s.h, "init": 0.5},
-                 {"n_heads": POS_INT, "init": Bad(float("nan"), float("inf"), "0", None, True)}, "init"),
+                 {"n_heads": SIZE, "init": Bad(float("nan"), float("inf"), "0", None, True)}, "init"),
             *[Call(forward, c.kwargs, c.specs, c.label) for c in _kernel_calls(module, s, {}, {})]]
 
 

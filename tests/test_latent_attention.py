@@ -310,14 +310,14 @@ def test_exercise_absorbed_flops_per_decoded_token():
 @pytest.mark.parametrize(
     "kwargs, match",
     [
-        (dict(d_model=0), r"d_model must be an int >= 1, got 0"),
-        (dict(n_heads=2.0), r"n_heads must be an int >= 1, got 2.0"),
-        (dict(q_lora_rank=0), r"q_lora_rank must be an int >= 1, got 0"),
-        (dict(rope_dim=3), r"rotary_dim must be an even int >= 2 .*got rotary_dim=3"),
-        (dict(v_head_dim=-1), r"v_head_dim must be an int >= 1, got -1"),
-        (dict(qk_nope_head_dim=None), r"qk_nope_head_dim must be an int >= 1, got None"),
-        (dict(rope_base=1), r"base a finite number > 1, got .*base=1"),
-        (dict(rope_base=float("inf")), r"base a finite number > 1, got .*base=inf"),
+        (dict(d_model=0), r"d_model must be a finite number > 0.0, got 0"),
+        (dict(n_heads=-2), r"n_heads must be a finite number > 0.0, got -2"),
+        (dict(q_lora_rank=0), r"q_lora_rank must be a finite number > 0.0, got 0"),
+        (dict(rope_dim=3), r"rotary_dim even >= 2 and base > 1, got .*rotary_dim=3"),
+        (dict(v_head_dim=-1), r"v_head_dim must be a finite number > 0.0, got -1"),
+        (dict(qk_nope_head_dim=None), r"qk_nope_head_dim must be a finite number > 0.0, got None"),
+        (dict(rope_base=1), r"base > 1, got .*base=1"),
+        (dict(rope_base=float("inf")), r"base > 1, got .*base=inf"),
         (dict(norm_eps=0.0), r"norm_eps must be a finite number > 0.0, got 0.0"),
         (dict(softmax_scale=-0.5), r"softmax_scale must be a finite number > 0.0, got -0.5"),
     ],
@@ -337,13 +337,13 @@ def test_forward_errors():
         m(torch.zeros(1, 2, 32, dtype=torch.long))
     with pytest.raises(ValueError, match=r"x must be \(None, None, 32\).*got \(1, 2, 31\)"):
         m(torch.zeros(1, 2, 31))
-    with pytest.raises(TypeError, match=r"attn_mask must be bool, got torch.float32"):
+    with pytest.raises(ValueError, match=r"attn_mask must be bool and broadcast to .* got torch.float32"):
         m(torch.zeros(1, 2, 32), attn_mask=torch.zeros(2, 2))
-    with pytest.raises(ValueError, match=r"attn_mask must broadcast to \(1, 4, 2, 2\) on cpu, got \(3, 2\) on cpu"):
+    with pytest.raises(ValueError, match=r"attn_mask must be bool and broadcast to \(1, 4, 2, 2\) on cpu, got torch.bool \(3, 2\) on cpu"):
         m(torch.zeros(1, 2, 32), attn_mask=torch.ones(3, 2, dtype=torch.bool))
-    with pytest.raises(ValueError, match=r"attn_mask must broadcast to \(1, 4, 2, 2\) on cpu, got \(3, 1, 4, 2, 2\)"):
+    with pytest.raises(ValueError, match=r"attn_mask must be bool and broadcast to \(1, 4, 2, 2\) on cpu, got torch.bool \(3, 1, 4, 2, 2\)"):
         m(torch.zeros(1, 2, 32), attn_mask=torch.ones(3, 1, 4, 2, 2, dtype=torch.bool))
-    with pytest.raises(ValueError, match=r"attn_mask must broadcast to \(1, 4, 2, 2\) on cpu, got \(2, 2\) on meta"):
+    with pytest.raises(ValueError, match=r"attn_mask must be bool and broadcast to \(1, 4, 2, 2\) on cpu, got torch.bool \(2, 2\) on meta"):
         m(torch.zeros(1, 2, 32), attn_mask=torch.ones(2, 2, dtype=torch.bool, device="meta"))
     with pytest.raises(ValueError, match=r"x must be .*torch.float32 on cpu, got .*torch.float64 on cpu"):
         m(torch.zeros(1, 2, 32, dtype=torch.float64))
@@ -373,7 +373,7 @@ def test_make_cache_fits_the_module():
 
 
 def test_helper_errors():
-    with pytest.raises(ValueError, match=r"max_len must be an int >= 1, got 0"):
+    with pytest.raises(ValueError, match=r"max_len must be a finite number > 0.0, got 0"):
         LatentCache(1, 8, 4, 0)
     # no check on the dtype itself: an integer cache refuses every (float) latent
     with pytest.raises(ValueError, match=r"c must be \(1, None, 8\) torch.int64 on cpu, got"):

@@ -229,18 +229,18 @@ def test_gradcheck_float64():
 
 
 def test_table_validation():
-    with pytest.raises(ValueError, match=r"rotary_dim must be an even int >= 2 .*got rotary_dim=7"):
+    with pytest.raises(ValueError, match=r"rotary_dim even >= 2 and base > 1, got .*rotary_dim=7"):
         tables(4, 7)
-    with pytest.raises(ValueError, match=r"base a finite number > 1, got .*base=1.0"):
+    with pytest.raises(ValueError, match=r"base > 1, got .*base=1.0"):
         tables(4, 8, base=1.0)
-    with pytest.raises(ValueError, match=r"base a finite number > 1, got .*base='1e4'"):
+    with pytest.raises(ValueError, match=r"base > 1, got .*base='1e4'"):
         tables(4, 8, base="1e4")
-    with pytest.raises(TypeError, match=r"positions must be \(N,\) or "
-                                        r"\(B, N\), got torch.int64 \(1, 2, 4\)"):
+    with pytest.raises(ValueError, match=r"positions must be \(N,\) or "
+                                         r"\(B, N\), .*got torch.int64 \(1, 2, 4\)"):
         rotary_tables(torch.arange(8).view(1, 2, 4), 8)
-    with pytest.raises(TypeError, match=r"positions must be .*, got \[0, 1, 2\]"):
+    with pytest.raises(ValueError, match=r"positions must be .*, got \[0, 1, 2\]"):
         rotary_tables([0, 1, 2], 8)
-    with pytest.raises(ValueError, match=r"rotary_dim must be an even int >= 2 .*got rotary_dim=5"):
+    with pytest.raises(ValueError, match=r"rotary_dim even >= 2 and base > 1, got .*rotary_dim=5"):
         RotaryEmbedding(5)
 
 

@@ -47,12 +47,11 @@ def _got(t: object) -> str:
 
 def _check_rotary_tables(positions: torch.Tensor, rotary_dim: int, base: float) -> None:
     """Refuse positions unless (N,) or (B, N), odd rotary_dim, base <= 1."""
-    if not torch.is_tensor(positions) or positions.dim() not in (1, 2):
-        raise TypeError(f"positions must be (N,) or (B, N), got {_got(positions)}")
-    if rotary_dim < 2 or rotary_dim % 2 or not (
-            isinstance(base, (int, float)) and 1 < base < math.inf):
-        raise ValueError(f"rotary_dim must be an even int >= 2 and base a finite "
-                         f"number > 1, got rotary_dim={rotary_dim!r}, base={base!r}")
+    number = isinstance(base, (int, float)) and 1 < base < math.inf
+    if not torch.is_tensor(positions) or positions.dim() not in (1, 2) or not number \
+            or rotary_dim < 2 or rotary_dim % 2:
+        raise ValueError(f"positions must be (N,) or (B, N), rotary_dim even >= 2 and "
+                         f"base > 1, got {_got(positions)}, {rotary_dim=}, {base=}")
 
 
 def _check_apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> None:

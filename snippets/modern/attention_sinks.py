@@ -46,18 +46,12 @@ __all__ = [
 
 
 # --8<-- [start:checks]
-def _check_counts(**sizes: object) -> None:
-    """Every size is an int >= 1."""
-    for name, value in sizes.items():
-        if not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be an int >= 1, got {value!r}")
-
-
-def _check_num(name: str, value: object, low: float = 0.0, optional=True) -> None:
-    """A finite number > low, or None where optional."""
-    ok = isinstance(value, (int, float)) and low < value < math.inf
-    if not ok and not (optional and value is None):
-        raise ValueError(f"{name} must be a finite number > {low}, got {value!r}")
+def _check_num(low: float = 0.0, optional: bool = False, **values: object) -> None:
+    """Each value (size, eps, scale) a finite number > low, or None where optional."""
+    for name, value in values.items():
+        ok = isinstance(value, (int, float)) and low < value < math.inf
+        if not ok and not (optional and value is None):
+            raise ValueError(f"{name} must be a finite number > {low}, got {value!r}")
 
 
 def _check_float_tensor(name: str, t: object, shape, like=None, dtype=True) -> None:
@@ -80,12 +74,11 @@ def _check_float_tensor(name: str, t: object, shape, like=None, dtype=True) -> N
 
 def _check_bool_mask(name: str, mask: object, shape: tuple, device) -> None:
     """None, or a bool mask (True = may attend) on device that broadcasts to shape."""
-    if mask is not None and getattr(mask, "dtype", None) != torch.bool:
-        raise TypeError(f"{name} must be bool, got {getattr(mask, 'dtype', mask)}")
-    if mask is not None and (mask.dim() > len(shape) or mask.device != device or any(
+    if mask is not None and (getattr(mask, "dtype", None) != torch.bool
+                             or mask.dim() > len(shape) or mask.device != device or any(
             a not in (1, b) for a, b in zip(mask.shape[::-1], shape[::-1]))):
-        raise ValueError(f"{name} must broadcast to {shape} on {device}, got "
-                         f"{tuple(mask.shape)} on {mask.device}")
+        raise ValueError(f"{name} must be bool and broadcast to {shape} on {device}, "
+                         f"got {_got(mask)}")
 
 
 def _check_attend_args(q, k, v, attn_mask, scale) -> None:
@@ -95,7 +88,7 @@ def _check_attend_args(q, k, v, attn_mask, scale) -> None:
     _check_float_tensor("k", k, (b, h, None, d), like=q)
     _check_float_tensor("v", v, (b, h, k.shape[2], None), like=q)
     _check_bool_mask("attn_mask", attn_mask, (b, h, n, k.shape[2]), q.device)
-    _check_num("scale", scale)
+    _check_num(optional=True, scale=scale)
 # --8<-- [end:checks]
 
 
@@ -108,12 +101,11 @@ def _got(t: object) -> str:
 
 def _check_rotary_tables(positions: torch.Tensor, rotary_dim: int, base: float) -> None:
     """Refuse positions unless (N,) or (B, N), odd rotary_dim, base <= 1."""
-    if not torch.is_tensor(positions) or positions.dim() not in (1, 2):
-        raise TypeError(f"positions must be (N,) or (B, N), got {_got(positions)}")
-    if rotary_dim < 2 or rotary_dim % 2 or not (
-            isinstance(base, (int, float)) and 1 < base < math.inf):
-        raise ValueError(f"rotary_dim must be an even int >= 2 and base a finite "
-                         f"number > 1, got rotary_dim={rotary_dim!r}, base={base!r}")
+    number = isinstance(base, (int, float)) and 1 < base < math.inf
+    if not torch.is_tensor(positions) or positions.dim() not in (1, 2) or not number \
+            or rotary_dim < 2 or rotary_dim % 2:
+        raise ValueError(f"positions must be (N,) or (B, N), rotary_dim even >= 2 and "
+                         f"base > 1, got {_got(positions)}, {rotary_dim=}, {base=}")
 
 
 def _check_apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> None:
@@ -230,8 +222,8 @@ class LearnedSinks(nn.Module):
 
     def __init__(self, n_heads: int, init: float = 0.0) -> None:
         super().__init__()
-        _check_counts(n_heads=n_heads)
-        _check_num("init", init, -math.inf, optional=False)
+        _check_num(n_heads=n_heads)
+        _check_num(-math.inf, init=init)
         self.sinks = nn.Parameter(torch.full((n_heads,), float(init)))
 
     # --8<-- [start:learned_sinks]

@@ -36,19 +36,19 @@ __all__ = [
 ]
 
 
+def _got(t: object) -> str:
+    """What a message says it got: a tensor's dtype, shape and device, else t."""
+    is_tensor = torch.is_tensor(t)
+    return f"{t.dtype} {tuple(t.shape)} on {t.device}" if is_tensor else repr(t)
+
+
 # --8<-- [start:checks]
-def _check_counts(**sizes: object) -> None:
-    """Every size is an int >= 1."""
-    for name, value in sizes.items():
-        if not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be an int >= 1, got {value!r}")
-
-
-def _check_num(name: str, value: object, low: float = 0.0, optional=True) -> None:
-    """A finite number > low, or None where optional."""
-    ok = isinstance(value, (int, float)) and low < value < math.inf
-    if not ok and not (optional and value is None):
-        raise ValueError(f"{name} must be a finite number > {low}, got {value!r}")
+def _check_num(low: float = 0.0, optional: bool = False, **values: object) -> None:
+    """Each value (size, eps, scale) a finite number > low, or None where optional."""
+    for name, value in values.items():
+        ok = isinstance(value, (int, float)) and low < value < math.inf
+        if not ok and not (optional and value is None):
+            raise ValueError(f"{name} must be a finite number > {low}, got {value!r}")
 
 
 def _check_float_tensor(name: str, t: object, shape, like=None, dtype=True) -> None:
@@ -71,12 +71,11 @@ def _check_float_tensor(name: str, t: object, shape, like=None, dtype=True) -> N
 
 def _check_bool_mask(name: str, mask: object, shape: tuple, device) -> None:
     """None, or a bool mask (True = may attend) on device that broadcasts to shape."""
-    if mask is not None and getattr(mask, "dtype", None) != torch.bool:
-        raise TypeError(f"{name} must be bool, got {getattr(mask, 'dtype', mask)}")
-    if mask is not None and (mask.dim() > len(shape) or mask.device != device or any(
+    if mask is not None and (getattr(mask, "dtype", None) != torch.bool
+                             or mask.dim() > len(shape) or mask.device != device or any(
             a not in (1, b) for a, b in zip(mask.shape[::-1], shape[::-1]))):
-        raise ValueError(f"{name} must broadcast to {shape} on {device}, got "
-                         f"{tuple(mask.shape)} on {mask.device}")
+        raise ValueError(f"{name} must be bool and broadcast to {shape} on {device}, "
+                         f"got {_got(mask)}")
 
 
 def _check_attend_args(q, k, v, attn_mask, scale) -> None:
@@ -86,7 +85,7 @@ def _check_attend_args(q, k, v, attn_mask, scale) -> None:
     _check_float_tensor("k", k, (b, h, None, d), like=q)
     _check_float_tensor("v", v, (b, h, k.shape[2], None), like=q)
     _check_bool_mask("attn_mask", attn_mask, (b, h, n, k.shape[2]), q.device)
-    _check_num("scale", scale)
+    _check_num(optional=True, scale=scale)
 # --8<-- [end:checks]
 
 
@@ -107,7 +106,7 @@ def _masked_softmax(
 # --8<-- [start:softcap]
 def softcap(scores: torch.Tensor, cap: float) -> torch.Tensor:
     """c tanh(s / c): the identity for |s| << c, never beyond +-c."""
-    _check_num("cap", cap, optional=False)  # any scores: integers are promoted
+    _check_num(cap=cap)  # any scores: integers are promoted
     return cap * torch.tanh(scores / cap)
 
 
@@ -162,7 +161,7 @@ class SoftCap(nn.Module):
 
     def __init__(self, cap: float = 50.0) -> None:
         super().__init__()
-        _check_num("cap", cap, optional=False)
+        _check_num(cap=cap)
         self.cap = float(cap)
 
     def forward(self, q, k, v, attn_mask=None, scale=None) -> torch.Tensor:
@@ -196,7 +195,7 @@ class OutputGate(nn.Module):
         bias: bool = False,
     ) -> None:
         super().__init__()
-        _check_counts(d_model=d_model, n_heads=n_heads, d_head=d_head)
+        _check_num(d_model=d_model, n_heads=n_heads, d_head=d_head)
         if per not in ("element", "head"):
             raise ValueError(f"per must be 'element' or 'head', got {per!r}")
         self.n_heads, self.d_head, self.per = n_heads, d_head, per
@@ -234,7 +233,7 @@ def split_fused_q_gate(
     Returns:
         ``(q_weight, gate_weight)``, each ``(H * d, D)``.
     """
-    _check_counts(n_heads=n_heads, d_head=d_head)
+    _check_num(n_heads=n_heads, d_head=d_head)
     _check_float_tensor("weight", weight, (2 * n_heads * d_head, None))
     per_head = weight.view(n_heads, 2 * d_head, -1)  # (H * 2d, D) -> (H, 2d, D)
     q_weight = per_head[:, :d_head].reshape(n_heads * d_head, -1)  # (H * d, D)

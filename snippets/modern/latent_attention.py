@@ -41,18 +41,12 @@ __all__ = ["rotary_tables", "apply_rotary", "LatentCache", "MultiHeadLatentAtten
 
 
 # --8<-- [start:checks]
-def _check_counts(**sizes: object) -> None:
-    """Every size is an int >= 1."""
-    for name, value in sizes.items():
-        if not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be an int >= 1, got {value!r}")
-
-
-def _check_num(name: str, value: object, low: float = 0.0, optional=True) -> None:
-    """A finite number > low, or None where optional."""
-    ok = isinstance(value, (int, float)) and low < value < math.inf
-    if not ok and not (optional and value is None):
-        raise ValueError(f"{name} must be a finite number > {low}, got {value!r}")
+def _check_num(low: float = 0.0, optional: bool = False, **values: object) -> None:
+    """Each value (size, eps, scale) a finite number > low, or None where optional."""
+    for name, value in values.items():
+        ok = isinstance(value, (int, float)) and low < value < math.inf
+        if not ok and not (optional and value is None):
+            raise ValueError(f"{name} must be a finite number > {low}, got {value!r}")
 
 
 def _check_float_tensor(name: str, t: object, shape, like=None, dtype=True) -> None:
@@ -75,12 +69,11 @@ def _check_float_tensor(name: str, t: object, shape, like=None, dtype=True) -> N
 
 def _check_bool_mask(name: str, mask: object, shape: tuple, device) -> None:
     """None, or a bool mask (True = may attend) on device that broadcasts to shape."""
-    if mask is not None and getattr(mask, "dtype", None) != torch.bool:
-        raise TypeError(f"{name} must be bool, got {getattr(mask, 'dtype', mask)}")
-    if mask is not None and (mask.dim() > len(shape) or mask.device != device or any(
+    if mask is not None and (getattr(mask, "dtype", None) != torch.bool
+                             or mask.dim() > len(shape) or mask.device != device or any(
             a not in (1, b) for a, b in zip(mask.shape[::-1], shape[::-1]))):
-        raise ValueError(f"{name} must broadcast to {shape} on {device}, got "
-                         f"{tuple(mask.shape)} on {mask.device}")
+        raise ValueError(f"{name} must be bool and broadcast to {shape} on {device}, "
+                         f"got {_got(mask)}")
 
 # --8<-- [end:checks]
 
@@ -94,12 +87,11 @@ def _got(t: object) -> str:
 
 def _check_rotary_tables(positions: torch.Tensor, rotary_dim: int, base: float) -> None:
     """Refuse positions unless (N,) or (B, N), odd rotary_dim, base <= 1."""
-    if not torch.is_tensor(positions) or positions.dim() not in (1, 2):
-        raise TypeError(f"positions must be (N,) or (B, N), got {_got(positions)}")
-    if rotary_dim < 2 or rotary_dim % 2 or not (
-            isinstance(base, (int, float)) and 1 < base < math.inf):
-        raise ValueError(f"rotary_dim must be an even int >= 2 and base a finite "
-                         f"number > 1, got rotary_dim={rotary_dim!r}, base={base!r}")
+    number = isinstance(base, (int, float)) and 1 < base < math.inf
+    if not torch.is_tensor(positions) or positions.dim() not in (1, 2) or not number \
+            or rotary_dim < 2 or rotary_dim % 2:
+        raise ValueError(f"positions must be (N,) or (B, N), rotary_dim even >= 2 and "
+                         f"base > 1, got {_got(positions)}, {rotary_dim=}, {base=}")
 
 
 def _check_apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> None:
@@ -187,8 +179,8 @@ class LatentCache:
     def __init__(self, batch: int, kv_lora_rank: int, rope_dim: int, max_len: int, *,
                  dtype: torch.dtype = torch.float32,
                  device: torch.device | str | None = None) -> None:
-        _check_counts(batch=batch, kv_lora_rank=kv_lora_rank, rope_dim=rope_dim,
-                     max_len=max_len)
+        _check_num(batch=batch, kv_lora_rank=kv_lora_rank, rope_dim=rope_dim,
+                   max_len=max_len)
         b = batch
         self.c = torch.zeros(b, max_len, kv_lora_rank, dtype=dtype, device=device)
         self.k_rope = torch.zeros(b, max_len, rope_dim, dtype=dtype, device=device)
@@ -254,13 +246,13 @@ class MultiHeadLatentAttention(nn.Module):
                  rope_interleaved: bool = True, softmax_scale: float | None = None,
                  bias: bool = False, norm_eps: float = 1e-6) -> None:
         super().__init__()
-        _check_counts(d_model=d_model, n_heads=n_heads, kv_lora_rank=kv_lora_rank,
-                     qk_nope_head_dim=qk_nope_head_dim, v_head_dim=v_head_dim,
-                     q_lora_rank=1 if q_lora_rank is None else q_lora_rank)
+        _check_num(d_model=d_model, n_heads=n_heads, kv_lora_rank=kv_lora_rank,
+                   qk_nope_head_dim=qk_nope_head_dim, v_head_dim=v_head_dim,
+                   q_lora_rank=1 if q_lora_rank is None else q_lora_rank,
+                   norm_eps=norm_eps)
         # RoPE's own check: rope_dim is its rotary_dim, rope_base its base
         _check_rotary_tables(torch.zeros(0, dtype=torch.long), rope_dim, rope_base)
-        _check_num("norm_eps", norm_eps, optional=False)
-        _check_num("softmax_scale", softmax_scale)
+        _check_num(optional=True, softmax_scale=softmax_scale)
         self.d_model, self.n_heads = d_model, n_heads
         self.kv_lora_rank, self.q_lora_rank = kv_lora_rank, q_lora_rank
         self.d_nope, self.d_rope, self.d_v = qk_nope_head_dim, rope_dim, v_head_dim

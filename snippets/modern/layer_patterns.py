@@ -51,16 +51,13 @@ LAYER_KINDS = (
 
 
 # --8<-- [start:validate]
-def _check_layer_counts(**values: tuple) -> None:
-    """Every name=(value, minimum): the value is an int >= minimum."""
-    for name, (value, minimum) in values.items():
-        if not isinstance(value, int) or value < minimum:
-            raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
-
-
-def _check_layer_kind(name: str, kind: object, kinds: tuple = LAYER_KINDS) -> None:
-    if kind not in kinds:
-        raise ValueError(f"{name} must be one of {kinds}, got {kind!r}")
+def _check_layer_args(**values: tuple) -> None:
+    """Each name=(value, minimum): an int >= minimum; each (value, kinds): a kind."""
+    for name, (value, rule) in values.items():
+        kinds = isinstance(rule, tuple)
+        if not (value in rule if kinds else isinstance(value, int) and value >= rule):
+            need = f"one of {rule}" if kinds else f"an int >= {rule}"
+            raise ValueError(f"{name} must be {need}, got {value!r}")
 
 
 # --8<-- [end:validate]
@@ -91,9 +88,8 @@ def periodic_layer_types(
     Returns:
         A list of ``n_layers`` layer kinds.
     """
-    _check_layer_counts(n_layers=(n_layers, 0), period=(period, 1))
-    _check_layer_kind("local", local)
-    _check_layer_kind("glob", glob)
+    _check_layer_args(n_layers=(n_layers, 0), period=(period, 1),
+                      local=(local, LAYER_KINDS), glob=(glob, LAYER_KINDS))
     return [glob if (i + 1) % period == 0 else local for i in range(n_layers)]
 
 
@@ -103,10 +99,10 @@ def rope_layers(n_layers: int, nope_interval: int | None = None) -> list[bool]:
     Llama 4 drops RoPE in layers 3, 7, 11, ... (``nope_interval=4``); those are
     also its global layers. ``None`` means every layer uses RoPE.
     """
-    _check_layer_counts(n_layers=(n_layers, 0))
+    _check_layer_args(n_layers=(n_layers, 0))
     if nope_interval is None:
         return [True] * n_layers
-    _check_layer_counts(nope_interval=(nope_interval, 1))
+    _check_layer_args(nope_interval=(nope_interval, 1))
     return [(i + 1) % nope_interval != 0 for i in range(n_layers)]
 
 
@@ -139,21 +135,22 @@ def layer_mask(
     Returns:
         ``(N, M)`` boolean tensor.
     """
-    _check_layer_kind("kind", kind, LAYER_KINDS[:3])  # a linear layer has no mask
     m = n_queries if n_keys is None else n_keys
-    _check_layer_counts(n_queries=(n_queries, 0), n_keys=(m, n_queries))
+    # a linear layer has no mask
+    _check_layer_args(kind=(kind, LAYER_KINDS[:3]), n_queries=(n_queries, 0),
+                      n_keys=(m, n_queries))
     i = torch.arange(m - n_queries, m, device=device)[
         :, None
     ]  # (N, 1), absolute query positions
     j = torch.arange(m, device=device)  # (M,), key positions
     allowed = j <= i  # (N, M): causal
     if kind == "sliding_attention":
-        _check_layer_counts(window=(window, 1))  # None: the window was not given
+        _check_layer_args(window=(window, 1))  # None: the window was not given
         allowed = allowed & (
             j > i - window
         )  # (N, M): the w most recent keys, itself included
     elif kind == "chunked_attention":
-        _check_layer_counts(chunk=(chunk, 1))
+        _check_layer_args(chunk=(chunk, 1))
         allowed = allowed & (j // chunk == i // chunk)  # (N, M): same chunk only
     return allowed
 

@@ -65,18 +65,12 @@ __all__ = [
 
 
 # --8<-- [start:checks]
-def _check_counts(**sizes: object) -> None:
-    """Every size is an int >= 1."""
-    for name, value in sizes.items():
-        if not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be an int >= 1, got {value!r}")
-
-
-def _check_num(name: str, value: object, low: float = 0.0, optional=True) -> None:
-    """A finite number > low, or None where optional."""
-    ok = isinstance(value, (int, float)) and low < value < math.inf
-    if not ok and not (optional and value is None):
-        raise ValueError(f"{name} must be a finite number > {low}, got {value!r}")
+def _check_num(low: float = 0.0, optional: bool = False, **values: object) -> None:
+    """Each value (size, eps, scale) a finite number > low, or None where optional."""
+    for name, value in values.items():
+        ok = isinstance(value, (int, float)) and low < value < math.inf
+        if not ok and not (optional and value is None):
+            raise ValueError(f"{name} must be a finite number > {low}, got {value!r}")
 
 
 def _check_float_tensor(name: str, t: object, shape, like=None, dtype=True) -> None:
@@ -99,12 +93,11 @@ def _check_float_tensor(name: str, t: object, shape, like=None, dtype=True) -> N
 
 def _check_bool_mask(name: str, mask: object, shape: tuple, device) -> None:
     """None, or a bool mask (True = may attend) on device that broadcasts to shape."""
-    if mask is not None and getattr(mask, "dtype", None) != torch.bool:
-        raise TypeError(f"{name} must be bool, got {getattr(mask, 'dtype', mask)}")
-    if mask is not None and (mask.dim() > len(shape) or mask.device != device or any(
+    if mask is not None and (getattr(mask, "dtype", None) != torch.bool
+                             or mask.dim() > len(shape) or mask.device != device or any(
             a not in (1, b) for a, b in zip(mask.shape[::-1], shape[::-1]))):
-        raise ValueError(f"{name} must broadcast to {shape} on {device}, got "
-                         f"{tuple(mask.shape)} on {mask.device}")
+        raise ValueError(f"{name} must be bool and broadcast to {shape} on {device}, "
+                         f"got {_got(mask)}")
 
 
 def _check_attend_args(q, k, v, attn_mask, scale) -> None:
@@ -114,7 +107,7 @@ def _check_attend_args(q, k, v, attn_mask, scale) -> None:
     _check_float_tensor("k", k, (b, h, None, d), like=q)
     _check_float_tensor("v", v, (b, h, k.shape[2], None), like=q)
     _check_bool_mask("attn_mask", attn_mask, (b, h, n, k.shape[2]), q.device)
-    _check_num("scale", scale)
+    _check_num(optional=True, scale=scale)
 # --8<-- [end:checks]
 
 
@@ -127,12 +120,11 @@ def _got(t: object) -> str:
 
 def _check_rotary_tables(positions: torch.Tensor, rotary_dim: int, base: float) -> None:
     """Refuse positions unless (N,) or (B, N), odd rotary_dim, base <= 1."""
-    if not torch.is_tensor(positions) or positions.dim() not in (1, 2):
-        raise TypeError(f"positions must be (N,) or (B, N), got {_got(positions)}")
-    if rotary_dim < 2 or rotary_dim % 2 or not (
-            isinstance(base, (int, float)) and 1 < base < math.inf):
-        raise ValueError(f"rotary_dim must be an even int >= 2 and base a finite "
-                         f"number > 1, got rotary_dim={rotary_dim!r}, base={base!r}")
+    number = isinstance(base, (int, float)) and 1 < base < math.inf
+    if not torch.is_tensor(positions) or positions.dim() not in (1, 2) or not number \
+            or rotary_dim < 2 or rotary_dim % 2:
+        raise ValueError(f"positions must be (N,) or (B, N), rotary_dim even >= 2 and "
+                         f"base > 1, got {_got(positions)}, {rotary_dim=}, {base=}")
 
 
 def _check_apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> None:
@@ -204,8 +196,7 @@ class RMSNorm(nn.Module):
 
     def __init__(self, d: int, eps: float = 1e-6) -> None:
         super().__init__()
-        _check_counts(d=d)
-        _check_num("eps", eps, optional=False)
+        _check_num(d=d, eps=eps)
         self.d, self.eps = d, float(eps)
         self.weight = nn.Parameter(torch.ones(d))
 
@@ -239,7 +230,7 @@ class SwiGLU(nn.Module):
 
     def __init__(self, d_model: int, d_ff: int, *, bias: bool = False) -> None:
         super().__init__()
-        _check_counts(d_model=d_model, d_ff=d_ff)
+        _check_num(d_model=d_model, d_ff=d_ff)
         self.gate_proj = nn.Linear(d_model, d_ff, bias=bias)  # W: D -> d_ff
         self.up_proj = nn.Linear(d_model, d_ff, bias=bias)  # V: D -> d_ff
         self.down_proj = nn.Linear(d_ff, d_model, bias=bias)  # W_2: d_ff -> D
@@ -270,8 +261,8 @@ def swiglu_width(
         The width: ``swiglu_width(4096)`` = 11008 (Llama 2 7B),
         ``swiglu_width(4096, 1024, 1.3)`` = 14336 (Llama 3 8B).
     """
-    _check_counts(d_model=d_model, multiple_of=multiple_of)
-    _check_num("ffn_dim_multiplier", ffn_dim_multiplier)
+    _check_num(d_model=d_model, multiple_of=multiple_of)
+    _check_num(optional=True, ffn_dim_multiplier=ffn_dim_multiplier)
     hidden = int(2 * (4 * d_model) / 3)
     if ffn_dim_multiplier is not None:
         hidden = int(ffn_dim_multiplier * hidden)
@@ -296,7 +287,7 @@ def meta_to_half_split(weight: torch.Tensor, n_heads: int) -> torch.Tensor:
     Returns:
         ``(H * d, D)``: row 2i + c of each head moves to c * d/2 + i.
     """
-    _check_counts(n_heads=n_heads)
+    _check_num(n_heads=n_heads)
     _check_float_tensor("weight", weight, (None, None))
     if weight.shape[0] % (2 * n_heads):
         raise ValueError(f"weight must have H * d rows, d even, H = {n_heads}, got "
@@ -411,19 +402,19 @@ class DecoderAttention(nn.Module):
     @staticmethod
     def _check_init(d_model, n_heads, n_kv_heads, d_head, qk_norm, rope_base,
                     rotary_dim, scale) -> None:
-        _check_counts(d_model=d_model, n_heads=n_heads, n_kv_heads=n_kv_heads)
+        _check_num(d_model=d_model, n_heads=n_heads, n_kv_heads=n_kv_heads)
         if n_heads % n_kv_heads or d_head is None and d_model % n_heads:
             raise ValueError(f"n_kv_heads must divide n_heads and n_heads d_model, got"
                              f" n_kv_heads={n_kv_heads}, n_heads={n_heads}, {d_model=}")
         d_head = d_model // n_heads if d_head is None else d_head
         r = d_head if rotary_dim is None else rotary_dim
-        _check_counts(d_head=d_head)
+        _check_num(d_head=d_head)
         if qk_norm not in (None, "head", "full"):
             raise ValueError(f"qk_norm must be None, 'head' or 'full', got {qk_norm!r}")
         if rope_base is not None and (r % 2 or not 2 <= r <= d_head):
             raise ValueError(f"rotary_dim must be even in [2, {d_head=}], got {r}")
-        _check_num("rope_base", rope_base, 1.0)
-        _check_num("scale", scale)
+        _check_num(1.0, optional=True, rope_base=rope_base)
+        _check_num(optional=True, scale=scale)
 
     # --8<-- [start:qk_norm]
     def heads(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
