@@ -12,8 +12,13 @@ on a busy machine they are upper bounds.
    cache, so every example executes (the worst case: a fresh clone or CI).
 2. Warm serve: start `mkdocs serve`, wait for its first build, append a line
    to one Markdown page and time until the server reports the rebuilt site
-   ("Reloading browsers"); then the same for a comment appended to one
-   snippet (the examples that import it run again); then restore both.
+   ("Reloading browsers"); then the same for a comment put inside a section
+   of one snippet (the examples that import it run again); then restore both.
+   Each edit is then looked for in the page the server serves, so a rebuild
+   that left the page stale fails the run.
+3. The same under `mkdocs serve --dirty`, which rebuilds only the pages an
+   edit changes (hooks/dirty_serve.py adds the pages that include an edited
+   snippet, and the API reference of its area).
 
 Both figures come from the same run on the same machine; the script prints the
 machine's core count so they are read against it.
@@ -35,6 +40,8 @@ import time
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs" / "notation.md"
 SNIPPET = ROOT / "snippets" / "foundations" / "scaled_dot_product.py"
+SECTION = "causal_mask"  # a section of SNIPPET that SNIPPET_PAGE shows
+SNIPPET_PAGE = "foundations/scaled-dot-product/"
 TARGETS = {"cold": 60.0, "rebuild": 5.0, "unit": 150.0, "suite": 360.0}
 
 
@@ -60,11 +67,19 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def serve_rebuild(tmp: pathlib.Path) -> tuple[float, dict[str, float]]:
+def _served(url: str) -> str:
+    import urllib.request
+
+    with urllib.request.urlopen(url, timeout=30) as response:
+        return response.read().decode("utf-8")
+
+
+def serve_rebuild(tmp: pathlib.Path, dirty: bool = False) -> tuple[float, dict[str, float]]:
     env = {**os.environ, "FIELD_GUIDE_EXAMPLE_CACHE": str(tmp / "cache"), "NO_MKDOCS_2_WARNING": "1"}
     port = _free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "mkdocs", "serve", "-f", str(ROOT / "mkdocs.yml"), "-a", f"127.0.0.1:{port}"],
+        [sys.executable, "-m", "mkdocs", "serve", "-f", str(ROOT / "mkdocs.yml"), "-a", f"127.0.0.1:{port}",
+         *(["--dirty"] if dirty else [])],
         cwd=tmp, env=env, stderr=subprocess.STDOUT, stdout=subprocess.PIPE, text=True,
     )
     lines: queue.Queue[str] = queue.Queue()
@@ -82,17 +97,26 @@ def serve_rebuild(tmp: pathlib.Path) -> tuple[float, dict[str, float]]:
         raise TimeoutError(pattern)
 
     originals = {path: path.read_text(encoding="utf-8") for path in (PAGE, SNIPPET)}
-    edits = {"Markdown page": (PAGE, "\n<!-- benchmark edit -->\n"), "snippet": (SNIPPET, "\n# benchmark edit\n")}
+    start_marker = f"# --8<-- [start:{SECTION}]\n"
+    assert start_marker in originals[SNIPPET], f"{SNIPPET} has no section {SECTION}"
+    edits = {  # what to write, the page that must show it, the words to find there
+        "Markdown page": (PAGE, originals[PAGE] + "\n<!-- benchmark edit 1 -->\n", "notation/",
+                          "benchmark edit 1"),
+        "snippet": (SNIPPET, originals[SNIPPET].replace(start_marker, start_marker + "# benchmark edit 2\n"),
+                    SNIPPET_PAGE, "benchmark edit 2"),
+    }
     rebuilds: dict[str, float] = {}
     try:
         start = time.perf_counter()
         wait_for(r"Serving on", 600)
         first = time.perf_counter() - start
-        for name, (path, extra) in edits.items():
+        for name, (path, text, page, words) in edits.items():
             time.sleep(2)  # let the watcher settle
             edited = time.perf_counter()
-            path.write_text(originals[path] + extra, encoding="utf-8")
+            path.write_text(text, encoding="utf-8")
             rebuilds[name] = wait_for(r"Reloading browsers", 300) - edited
+            if words not in _served(f"http://127.0.0.1:{port}/{page}"):
+                raise RuntimeError(f"after the {name} edit, /{page} does not show it: the rebuild left it stale")
         return first, rebuilds
     finally:
         for path, text in originals.items():
@@ -125,6 +149,10 @@ def main() -> None:
         print(f"mkdocs serve, first build (cached):     {first:6.1f} s")
         for what, seconds in rebuilds.items():
             print(f"mkdocs serve, rebuild after one {what + ' edit:':16s}{verdict('rebuild', seconds)}")
+        first, rebuilds = serve_rebuild(tmp, dirty=True)
+        print(f"mkdocs serve --dirty, first build (cached): {first:6.1f} s")
+        for what, seconds in rebuilds.items():
+            print(f"mkdocs serve --dirty, rebuild after one {what + ' edit:':16s}{verdict('rebuild', seconds)}")
     if "--suite" in sys.argv[1:]:
         unit = pytest_seconds("-m", "not site and not browser")
         print(f"unit tests (-m 'not site and not browser'): {verdict('unit', unit)}")

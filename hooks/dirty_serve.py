@@ -1,0 +1,88 @@
+"""MkDocs hook: ``mkdocs serve --dirty`` rebuilds what an edit changes, and only that.
+
+MkDocs' ``--dirty`` rebuilds a page only when its own source file is newer
+than its output. On this site a page's output also depends on other files, so
+under ``--dirty`` (and only then) this hook widens what counts as changed:
+
+* a Markdown page, when a snippet file it includes (``--8<-- "area/file.py:x"``)
+  is newer than its output;
+* an API reference page (generated text, which MkDocs would rebuild on every
+  edit), only when a snippet of its area is newer than its output (the index,
+  when any snippet is);
+* the equivalence ledger page, always (any snippet can move its numbers).
+
+The executed examples need nothing here: their notebooks are named by a key of
+their sources (``hooks/field_guide_hooks/closure.py``), so an edit that
+changes one writes a new, newer notebook. Figures keep their addresses, and
+their files are copied when they change. A plain ``mkdocs serve`` or
+``mkdocs build`` is untouched.
+"""
+
+from __future__ import annotations
+
+import pathlib
+
+from mkdocs.plugins import event_priority
+from mkdocs.structure.files import Files
+
+INCLUDE_PREFIX = "--8<--"
+API_DIR = "api"
+LEDGER_PAGE = "ledger.md"
+
+_state = {"dirty": False}
+
+
+def on_startup(command, dirty: bool) -> None:
+    _state["dirty"] = dirty
+
+
+def included_snippets(markdown: str, snippets: pathlib.Path) -> list[pathlib.Path]:
+    """The snippet files a page includes, by its ``--8<-- "file.py:section"`` lines."""
+    found = []
+    for line in markdown.splitlines():
+        words = line.strip().split(None, 1)
+        if len(words) == 2 and words[0] == INCLUDE_PREFIX:
+            name = words[1].strip().strip('"').split(":")[0]
+            if name.endswith(".py"):
+                found.append(snippets / name)
+    return found
+
+
+def sources_of(file, root: pathlib.Path) -> list[pathlib.Path] | None:
+    """The files besides its own source that a page's output is built from;
+    None where there is nothing to add (MkDocs' own test stands)."""
+    snippets = root / "snippets"
+    uri = file.src_uri
+    if uri.startswith(f"{API_DIR}/"):
+        area = pathlib.PurePosixPath(uri).stem
+        return sorted((snippets if area == "index" else snippets / area).rglob("*.py"))
+    if file.abs_src_path and uri.endswith(".md"):
+        text = pathlib.Path(file.abs_src_path).read_text(encoding="utf-8")
+        return included_snippets(text, snippets) or None
+    return None
+
+
+def _changed(output: pathlib.Path, sources: list[pathlib.Path]) -> bool:
+    built = output.stat().st_mtime
+    return any(path.is_file() and path.stat().st_mtime > built for path in sources)
+
+
+@event_priority(-100)  # last: after the other hooks have added their pages
+def on_files(files: Files, config) -> Files:
+    if not _state["dirty"]:
+        return files
+    root = pathlib.Path(config.config_file_path).resolve().parent
+    for file in files.documentation_pages():
+        output = pathlib.Path(file.abs_dest_path)
+        if not output.is_file():
+            continue  # never built: MkDocs builds it
+        if file.src_uri == LEDGER_PAGE:
+            changed = True
+        else:
+            sources = sources_of(file, root)
+            if sources is None:
+                continue
+            own = [pathlib.Path(file.abs_src_path)] if file.abs_src_path else []
+            changed = _changed(output, own + sources)
+        file.is_modified = (lambda value: lambda: value)(changed)
+    return files

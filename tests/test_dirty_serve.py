@@ -1,0 +1,103 @@
+"""``mkdocs serve --dirty`` rebuilds a page when a snippet it includes changes
+(hooks/dirty_serve.py), and leaves the API reference alone when none did."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import pathlib
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def _hook():
+    spec = importlib.util.spec_from_file_location("dirty_serve_hook", ROOT / "hooks" / "dirty_serve.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _project(tmp_path: pathlib.Path):
+    """A tiny project: one page that includes a snippet, one that does not, an
+    API page generated as text, the ledger page; every output built at t = 1000."""
+    from mkdocs.config import load_config
+    from mkdocs.structure.files import File, Files
+
+    for name, text in {
+        "docs/page.md": 'Text.\n\n```python\n--8<-- "area/x.py:kernel"\n```\n',
+        "docs/plain.md": "No code here.\n",
+        "docs/ledger.md": "<!-- ledger -->\n",
+        "snippets/area/x.py": "# --8<-- [start:kernel]\nx = 1\n# --8<-- [end:kernel]\n",
+        "snippets/other/y.py": "y = 2\n",
+        "mkdocs.yml": "site_name: t\n",
+    }.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    config = load_config(config_file=str(tmp_path / "mkdocs.yml"))
+    files = Files([File(name, config.docs_dir, config.site_dir, config.use_directory_urls)
+                   for name in ("page.md", "plain.md", "ledger.md")])
+    api = File("api/area.md", None, config.site_dir, config.use_directory_urls)
+    api.content_string = "::: snippets.area.x\n"  # generated text, as hooks/api_reference.py makes
+    files.append(api)
+    for file in files:
+        out = pathlib.Path(file.abs_dest_path)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text("built")
+        os.utime(out, (1000, 1000))
+    for path in (tmp_path / "docs").rglob("*.md"):
+        os.utime(path, (500, 500))
+    for path in (tmp_path / "snippets").rglob("*.py"):
+        os.utime(path, (500, 500))
+    return config, files
+
+
+def _modified(files) -> dict[str, bool]:
+    return {f.src_uri: f.is_modified() for f in files}
+
+
+def test_included_snippets_reads_the_include_lines():
+    hook = _hook()
+    text = 'a\n```python\n--8<-- "area/x.py:kernel"\n```\n  --8<-- "b/y.py"\n--8<-- "notes.md"\n'
+    assert hook.included_snippets(text, pathlib.Path("s")) == [pathlib.Path("s/area/x.py"),
+                                                              pathlib.Path("s/b/y.py")]
+
+
+def test_nothing_changed_rebuilds_only_the_ledger(tmp_path):
+    hook = _hook()
+    config, files = _project(tmp_path)
+    hook.on_startup(command="serve", dirty=True)
+    hook.on_files(files, config)
+    assert _modified(files) == {"page.md": False, "plain.md": False, "ledger.md": True,
+                                "api/area.md": False}
+
+
+def test_a_snippet_edit_rebuilds_the_pages_that_show_it(tmp_path):
+    hook = _hook()
+    config, files = _project(tmp_path)
+    os.utime(tmp_path / "snippets" / "area" / "x.py", (2000, 2000))
+    hook.on_startup(command="serve", dirty=True)
+    hook.on_files(files, config)
+    assert _modified(files) == {"page.md": True, "plain.md": False, "ledger.md": True,
+                                "api/area.md": True}
+
+
+def test_another_areas_snippet_leaves_this_area_alone(tmp_path):
+    hook = _hook()
+    config, files = _project(tmp_path)
+    os.utime(tmp_path / "snippets" / "other" / "y.py", (2000, 2000))
+    hook.on_startup(command="serve", dirty=True)
+    hook.on_files(files, config)
+    assert _modified(files)["page.md"] is False and _modified(files)["api/area.md"] is False
+
+
+@pytest.mark.parametrize("dirty", [False])
+def test_without_dirty_mkdocs_decides(tmp_path, dirty):
+    hook = _hook()
+    config, files = _project(tmp_path)
+    hook.on_startup(command="serve", dirty=dirty)
+    hook.on_files(files, config)
+    # MkDocs' own rule: generated text always counts as changed, a file by its mtime.
+    assert _modified(files) == {"page.md": False, "plain.md": False, "ledger.md": False,
+                                "api/area.md": True}
