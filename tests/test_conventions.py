@@ -600,15 +600,15 @@ def test_gradcheck():
     (lambda: cv.soft_capped_scores(torch.ones(1, 1, 2, 4), torch.ones(1, 1, 2, 4), cap=0.0),
      "cap must be a finite number > 0, got 0.0"),
     (lambda: cv.soft_capped_scores(torch.ones(1, 1, 2, 4), torch.ones(1, 1, 2, 3), cap=1.0),
-     "k must be a floating tensor of 4 dims like q"),
+     r"k must be floating \(B, H, M, d\) like q .*got \(torch.float32, \(1, 1, 2, 3\)"),
     (lambda: cv.attention_with_sinks(*qkv(h=2), torch.zeros(3, dtype=F64)),
-     r"sinks must be a floating tensor of 1 dims like q's heads \(dims \(0,\).*\(3,\)"),
+     r"sinks must be floating \(H\) like q .*'H': 2.*got \(torch.float64, \(3,\)"),
     (lambda: cv.attention_with_sinks(*qkv(h=2)[:2], qkv(h=2)[2][:, :, :6], torch.zeros(2, dtype=F64)),
-     r"v must be a floating tensor of 4 dims like k \(dims \(0, 1, 2\)"),
+     r"v must be floating \(B, H, M, e\) like q .*'M': 7"),
     (lambda: cv.attention_with_sinks(*qkv(h=2), torch.zeros(2, dtype=F64),
-                                     attn_mask=torch.ones(5, 7)), "attn_mask must be a torch.bool"),
+                                     attn_mask=torch.ones(5, 7)), "attn_mask must be torch.bool like q"),
     (lambda: cv.zero_empty_rows(torch.ones(2, 3), torch.ones(2, 3, dtype=torch.bool)),
-     "out must be a floating tensor of 4 dims"),
+     r"out must be floating \(B, H, N, e\) like out"),
 ])
 def test_named_errors(call, match):
     with pytest.raises((ValueError, TypeError), match=match):

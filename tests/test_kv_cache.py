@@ -309,11 +309,11 @@ def test_model_and_attention_errors():
         (lambda: attention(x, KVCache(1, 1, 2, 4, 8), 1), ValueError, r"layer must be an int in \[0, 1\), got 1"),
         (lambda: attention(x, KVCache(1, 2, 2, 4, 8)), ValueError,
          r"k must fit the cache: \(2, 2, N, 4\) torch.float32 on cpu, got torch.float32 \(1, 2, 3, 4\)"),
-        (lambda: model(torch.tensor([[1, 10]])), ValueError, r"tokens must lie in \[0, vocab_size=10\), got ids from 1 to 10"),
+        (lambda: model(torch.tensor([[1, 10]])), ValueError, r"tokens must lie in \[0, vocab_size=10\), got \[10\]"),
         (lambda: model(torch.ones(1, 2, dtype=torch.bool)), ValueError, r"tokens must be \(B, N\) integer ids on cpu, got torch.bool"),
         (lambda: model(torch.ones(1, 2, dtype=torch.long, device="meta")), ValueError, r"tokens must be \(B, N\) integer ids on cpu, got torch.int64 \(1, 2\) on meta"),
         (lambda: model(torch.ones(2, dtype=torch.long)), ValueError, r"tokens must be \(B, N\) integer ids on cpu, got torch.int64 \(2,\)"),
-        (lambda: generate(model, torch.tensor([[-1, 2]]), 2), ValueError, r"prompt must lie in \[0, vocab_size=10\), got ids from -1 to 2"),
+        (lambda: generate(model, torch.tensor([[-1, 2]]), 2), ValueError, r"prompt must lie in \[0, vocab_size=10\), got \[-1\]"),
     ]
     for make, error, match in cases:
         with pytest.raises(error, match=match):

@@ -346,11 +346,11 @@ def test_bad_cases_are_named(case, match):
 
 def test_probe_errors_are_named():
     q = torch.randn(1, 2, 4, 8)
-    with pytest.raises(TypeError, match=r"q must be a 4-D floating tensor of q's dtype and device, got"):
+    with pytest.raises(TypeError, match=r"q must be floating \(BHNd\) like q, sizes \{\}, got \(torch.float32"):
         probe_sdpa(q[0], q, q)
-    with pytest.raises(TypeError, match=r"k must be a 4-D floating .* got torch.float64"):
+    with pytest.raises(ValueError, match=r"k must be floating \(BGMd\) like q, .* got \(torch.float64"):
         probe_sdpa(q, q.double(), q)
-    with pytest.raises(ValueError, match=r"q, k, v must be .* got \(1, 2, 4, 8\), \(1, 2, 4, 8\), \(1, 2, 3, 8\)"):
+    with pytest.raises(ValueError, match=r"v must be floating \(BGMe\) like q, .*'M': 4.* \(1, 2, 3, 8\)\)"):
         probe_sdpa(q, q, q[:, :, :3])
     with pytest.raises(ValueError, match=r"attn_mask must be \(N, M\) or \(B, H, N, M\).*got"):
         probe_sdpa(q, q, q, attn_mask=torch.ones(4, 5, dtype=torch.bool))

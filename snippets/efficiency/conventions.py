@@ -243,8 +243,7 @@ def soft_capped_scores(
     Shape:
         q ``(B, H, N, d)``, k ``(B, H, M, d)`` -> ``(B, H, N, M)``.
     """
-    _check_conv_tensor("q", q, 4)
-    _check_conv_tensor("k", k, 4, like=("q", q), tied=(0, 1, 3))
+    _check_conv_shapes(q=(q, "BHNd"), k=(k, "BHMd"))
     _check_conv_positive(cap=cap, scale=scale)
     return capped(q, k, q.shape[-1] ** -0.5 if scale is None else scale, cap)
 
@@ -273,15 +272,12 @@ def attention_with_sinks(
         q ``(B, H, N, d)``, k ``(B, H, M, d)``, v ``(B, H, M, d_v)``, sinks
         ``(H,)`` -> ``(B, H, N, d_v)``.
     """
-    _check_conv_tensor("q", q, 4)
-    _check_conv_tensor("k", k, 4, like=("q", q), tied=(0, 1, 3))
-    _check_conv_tensor("v", v, 4, like=("k", k), tied=(0, 1, 2))
-    _check_conv_tensor("sinks", sinks, 1, like=("q's heads", q.transpose(0, 1)),
-                       tied=(0,))  # (H,): dim 0 of q.transpose(0, 1), (H, B, N, d)
+    _check_conv_shapes(q=(q, "BHNd"), k=(k, "BHMd"), v=(v, "BHMe"),
+                       sinks=(sinks, "H"))
     _check_conv_positive(scale=scale)
     mask = torch.zeros((), dtype=q.dtype, device=q.device)
     if attn_mask is not None:
-        _check_conv_tensor("attn_mask", attn_mask, like=("q", q), dtype=torch.bool)
+        _check_conv_shapes(q=(q, "BHNd"), attn_mask=(attn_mask, "mask"))
         mask = torch.zeros(attn_mask.shape, dtype=q.dtype, device=q.device)
         mask = mask.masked_fill(~attn_mask, -math.inf)
     return sinked_attention(q, k, v, sinks, mask, q.shape[-1] ** -0.5 if scale is None
@@ -298,8 +294,7 @@ def zero_empty_rows(out: torch.Tensor, attn_mask: torch.Tensor) -> torch.Tensor:
     Returns:
         ``out`` with every fully masked row set to zero.
     """
-    _check_conv_tensor("out", out, 4)
-    _check_conv_tensor("attn_mask", attn_mask, like=("out", out), dtype=torch.bool)
+    _check_conv_shapes(out=(out, "BHNe"), attn_mask=(attn_mask, "mask"))
     return zero_rows(out, attn_mask)
 # --8<-- [end:face]
 
@@ -323,16 +318,20 @@ def _check_conv_positive(**values):
             raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
 
 
-def _check_conv_tensor(name, t, rank=None, like=None, tied=(), dtype=None):
-    """A floating (or ``dtype``) tensor of ``rank`` dims, on like's device and dtype."""
-    peer, ref = like or (name, t)
-    want = dtype or (ref.dtype if like else None)
-    ok = torch.is_tensor(t) and (t.dtype == want if want else t.is_floating_point())
-    if not ok or rank is not None and t.dim() != rank or t.device != ref.device or any(
-            t.shape[i] != ref.shape[i] for i in tied):
-        got = f"{t.dtype} {tuple(t.shape)} on {t.device}" if torch.is_tensor(t) else t
-        kind = f"a {dtype}" if dtype else "a floating"
-        raise (ValueError if ok else TypeError)(
-            f"{name} must be {kind} tensor of {rank or 'any'} dims like {peer} (dims "
-            f"{tied}, device{', dtype' if like and not dtype else ''}), got {got}")
+def _check_conv_shapes(**named):
+    """name=(tensor, letters): floating, of the first one's dtype and device, a dim per
+    letter, one size per letter across tensors ("mask": bool, any shape)."""
+    sizes, like = {}, next(iter(named.values()))[0]
+    for name, (t, dims) in named.items():
+        mask = dims == "mask"  # broadcasts against the scores: no letters
+        ok = torch.is_tensor(t) and (mask or t.is_floating_point())
+        fits = ok and t.device == like.device and t.dtype == (
+            torch.bool if mask else like.dtype)
+        if not fits or not mask and (t.dim() != len(dims) or any(
+                sizes.setdefault(c, n) != n for c, n in zip(dims, t.shape))):
+            got = (t.dtype, tuple(t.shape), t.device) if torch.is_tensor(t) else t
+            want = "torch.bool" if mask else f"floating ({', '.join(dims)})"
+            raise (ValueError if ok else TypeError)(
+                f"{name} must be {want} like {next(iter(named))} (dtype, device, sizes "
+                f"{sizes}), got {got}")
 # --8<-- [end:checks]

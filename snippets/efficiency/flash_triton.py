@@ -39,6 +39,7 @@ __all__ = ["flash_attention", "flash_attention_lse", "FlashAttention"]
 # Triton decides when a kernel is decorated whether it will be interpreted.
 INTERPRETED = os.environ.get("TRITON_INTERPRET", "0").lower() in (
     "1", "true", "on", "yes")
+_FLOATS = (torch.float16, torch.bfloat16, torch.float32)  # the input dtypes taken
 # exp(x) = exp2(x * log2(e)): exp2 is the cheaper instruction
 LOG2E = 1.4426950408889634
 
@@ -323,31 +324,23 @@ def flash_attention_lse(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
     return FlashAttention.apply(q, k, v, causal, scale, block_m, block_n)
 
 
-def _check_flash_tensor(name: str, t, shape: tuple, like=None) -> None:
-    """Refuse t unless it has this shape (a letter: any size), like's dtype, device."""
-    dtypes = (like.dtype,) if like is not None else (torch.float16, torch.bfloat16,
-                                                     torch.float32)
-    ok = torch.is_tensor(t) and t.dtype in dtypes and t.dim() == len(shape)
-    if not ok or like is not None and t.device != like.device or any(
-            s != n for s, n in zip(shape, t.shape) if isinstance(s, int)):
-        got = f"{t.dtype} {tuple(t.shape)} on {t.device}" if torch.is_tensor(t) else t
-        where = "" if like is None else f" on {like.device}"
-        raise ValueError(f"{name} must be ({', '.join(map(str, shape))}) "
-                         f"{' or '.join(map(str, dtypes))}{where}, got {got}")
-
-
 def _check_flash(q, k, v, scale, block_m, block_n) -> None:
     """Refuse what the kernels would get wrong, or crash on deep inside Triton."""
-    lead = ("B*H",) if getattr(q, "ndim", 0) == 3 else ("B", "H")
-    _check_flash_tensor("q", q, (*lead, "N", "d"))
+    sizes, lead = {}, ("B*H",) if getattr(q, "ndim", 0) == 3 else ("B", "H")
+    for name, t, rows in (("q", q, "N"), ("k", k, "M"), ("v", v, "M")):
+        dims, dtypes = (*lead, rows, "d"), _FLOATS if name == "q" else (q.dtype,)
+        ok = torch.is_tensor(t) and t.dim() == len(dims) and t.dtype in dtypes
+        got = f"{t.dtype} {tuple(t.shape)} on {t.device}" if torch.is_tensor(t) else t
+        if not ok or t.device != q.device or any(
+                sizes.setdefault(c, n) != n for c, n in zip(dims, t.shape)):
+            want = f"({', '.join(dims)}) {' or '.join(map(str, dtypes))} on q's device"
+            raise ValueError(f"{name} must be {want}, sizes {sizes}, got {got}")
     d, where = q.shape[-1], q.device.type
     if d not in (16, 32, 64, 128):  # the widths tl.dot's tiles take
         raise ValueError(f"q's head width d must be 16, 32, 64 or 128, got {d}")
     if where != "cuda" and not (where == "cpu" and INTERPRETED):
         raise ValueError(f"q must be on a CUDA device, got {q.device} (the CPU needs "
                          "TRITON_INTERPRET=1 set before this file is imported)")
-    _check_flash_tensor("k", k, (*q.shape[:-2], "M", d), like=q)
-    _check_flash_tensor("v", v, tuple(k.shape), like=q)
     if scale is not None and not 0 < scale < math.inf:
         raise ValueError(f"scale must be None or finite and > 0, got {scale!r}")
     for name, b in (("block_m", block_m), ("block_n", block_n)):

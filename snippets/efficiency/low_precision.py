@@ -96,7 +96,7 @@ def ulp(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         ``dtype`` to the next larger number of ``dtype`` (below the smallest
         normal number, the subnormal step ``eps * tiny``).
     """
-    _check_low(x, "x")  # torch.finfo refuses a dtype that is not floating
+    _check_low(x=x)  # torch.finfo refuses a dtype that is not floating
     return ulp_of(x, dtype)
 
 
@@ -115,9 +115,7 @@ def error_ratio(
         ``max |out - exact| / max |baseline - exact|``; FlashAttention's tests
         accept at most 2.
     """
-    _check_low(exact, "exact")
-    _check_low(out, "out", like=exact)
-    _check_low(baseline, "baseline", like=exact)
+    _check_low(exact=exact, out=out, baseline=baseline)
     return ratio_to_baseline(out, baseline, exact)
 
 
@@ -133,7 +131,7 @@ def fp8_quantize(x: torch.Tensor, *, block: int | None = None) -> torch.Tensor:
         float32 tensor of ``x``'s shape: the values an FP8 kernel multiplies.
         Each block's largest magnitude maps to 448, E4M3's largest number.
     """
-    _check_low(x, "x", rank=2)
+    _check_low(2, x=x)
     t = x.shape[-2]
     block = t if block is None else block
     ok = isinstance(block, int) and not isinstance(block, bool) and block >= 1
@@ -182,9 +180,7 @@ def fp8_attention(
     Returns:
         ``(B, H, N, d)`` in q's dtype.
     """
-    _check_low(q, "q", rank=4)
-    _check_low(k, "k", like=q)
-    _check_low(v, "v", like=q)
+    _check_low(4, q=q, k=k, v=v)
     d, n = q.shape[-1], q.shape[-2]
     rotation = torch.eye(d) if rotation is None else rotation
     ok = isinstance(rotation, torch.Tensor) and rotation.shape == (d, d)
@@ -213,13 +209,15 @@ def _check_given(ok: object, name: str, want: str, got: object, error=ValueError
         raise error(f"{name} must {want}, got {got}")
 
 
-def _check_low(t, name, *, rank=0, like=None) -> None:
-    """Refuse a non-floating t, t of under rank dims, or t unlike like."""
-    ok = isinstance(t, torch.Tensor) and t.is_floating_point()
-    _check_given(ok, name, "be a floating tensor", _describe(t), TypeError)
-    ok = like is None or (t.shape, t.device) == (like.shape, like.device)
-    want = f"have >= {rank} dims" if like is None else f"match {_describe(like)}"
-    _check_given(ok and t.dim() >= rank, name, want, _describe(t))
+def _check_low(rank=0, **named) -> None:
+    """Refuse a non-floating tensor, one of under rank dims, or one unlike the first."""
+    like = next(iter(named.values()))
+    for name, t in named.items():
+        ok = isinstance(t, torch.Tensor) and t.is_floating_point()
+        _check_given(ok, name, "be a floating tensor", _describe(t), TypeError)
+        ok = t is like or (t.shape, t.device) == (like.shape, like.device)
+        want = f"have >= {rank} dims" if t is like else f"match {_describe(like)}"
+        _check_given(ok and t.dim() >= rank, name, want, _describe(t))
 
 
 # --8<-- [end:validate]

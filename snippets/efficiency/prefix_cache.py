@@ -113,17 +113,15 @@ def _check_blocks(block_size: int) -> None:
 
 
 def _check_reuse(q, k_new, v_new, k_prefix, v_prefix) -> None:
-    for name, t in dict(locals()).items():  # q, k_new, v_new, k_prefix, v_prefix
+    sizes = {}  # B, H; N new rows, P prefix rows; d of q and k, e of v
+    dims = ("BHNd", "BHNd", "BHNe", "BHPd", "BHPe")  # q, k_new, v_new, k_/v_prefix
+    for (name, t), letters in zip(dict(locals()).items(), dims):
         ok = isinstance(t, torch.Tensor) and t.dim() == 4
-        if not (ok and (t.dtype, t.device) == (q.dtype, q.device)):
-            raise ValueError(f"{name} must be (B, H, L, d) like q, got {_describe(t)}")
-    (b, h, n, d), p, d_v = q.shape, k_prefix.shape[2], v_new.shape[3]
-    for name, t, want in (("k_new", k_new, (b, h, n, d)),
-                          ("v_new", v_new, (b, h, n, d_v)),
-                          ("k_prefix", k_prefix, (b, h, p, d)),
-                          ("v_prefix", v_prefix, (b, h, p, d_v))):
-        if t.shape != want:
-            raise ValueError(f"{name} must be {want}, got {tuple(t.shape)}")
+        ok = ok and (t.dtype, t.device) == (q.dtype, q.device) and all(
+            sizes.setdefault(c, n) == n for c, n in zip(letters, t.shape))
+        if not ok:
+            raise ValueError(f"{name} must be ({', '.join(letters)}) like q, sizes "
+                             f"{sizes}, got {_describe(t)}")
 
 
 # --8<-- [end:validate]

@@ -401,15 +401,14 @@ def _check_case(case):
 
 
 def _check_probe(q, k, v, attn_mask, dropout_p):
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        ok = isinstance(t, torch.Tensor) and t.dim() == 4 and t.is_floating_point()
-        if not ok or (t.dtype, t.device) != (q.dtype, q.device):
-            raise TypeError(f"{name} must be a 4-D floating tensor of q's dtype and "
-                            f"device, got {getattr(t, 'dtype', t)!r:.60}")
-    if q.shape[::3] != k.shape[::3] or k.shape[:3] != v.shape[:3]:  # B, d; B, H_kv, M
-        shapes = f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}"
-        raise ValueError(f"q, k, v must be (B, H, N, d), (B, H_kv, M, d), "
-                         f"(B, H_kv, M, d_v), got {shapes}")
+    sizes = {}  # one size per letter: G = H_kv, e = d_v
+    for name, t, dims in (("q", q, "BHNd"), ("k", k, "BGMd"), ("v", v, "BGMe")):
+        got = (t.dtype, t.device, tuple(t.shape)) if torch.is_tensor(t) else type(t)
+        ok = torch.is_tensor(t) and t.dim() == 4 and t.is_floating_point()
+        if not ok or got[:2] != (q.dtype, q.device) or any(
+                sizes.setdefault(c, n) != n for c, n in zip(dims, t.shape)):
+            raise (ValueError if ok else TypeError)(
+                f"{name} must be floating ({dims}) like q, sizes {sizes}, got {got}")
     if attn_mask is not None and (
         not isinstance(attn_mask, torch.Tensor) or attn_mask.dim() not in (2, 4)
         or attn_mask.shape[-2:] != (q.shape[2], k.shape[2])

@@ -134,14 +134,12 @@ def _check_band_sizes(**sizes) -> None:
 
 def _check_band(q, k, v, window, chunk_size) -> None:
     """q, k (..., N, d), v (..., N, d_v), of q's floating dtype and device."""
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        ok = isinstance(t, torch.Tensor) and t.is_floating_point()
-        got = (t.dtype, t.device) if ok else getattr(t, "dtype", type(t).__name__)
-        if not ok or got != (q.dtype, q.device):
-            raise TypeError(f"{name} must be floating, q's dtype and device, got {got}")
-    if q.dim() < 2 or k.shape != q.shape or v.shape[:-1] != q.shape[:-1]:
-        got = f"q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
-        raise ValueError(f"q, k must be (..., N, d) alike, v (..., N, d_v); got {got}")
+    for name, t, end in (("q", q, None), ("k", k, None), ("v", v, -1)):  # v: any d_v
+        ok = isinstance(t, torch.Tensor) and t.is_floating_point() and t.dim() >= 2
+        got = (t.dtype, t.device, tuple(t.shape)) if torch.is_tensor(t) else type(t)
+        if not ok or got[:2] + (t.shape[:end],) != (q.dtype, q.device, q.shape[:end]):
+            raise (ValueError if ok else TypeError)(
+                f"{name} must be floating (..., N, d) like q (v: any d_v), got {got}")
     chunk = 1 if chunk_size is None else chunk_size  # None: the default chunk
     _check_band_sizes(window=(window, 1), chunk_size=(chunk, 1))
 # --8<-- [end:checks]

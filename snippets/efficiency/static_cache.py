@@ -257,9 +257,8 @@ def _check_prompt_ids(name: str, ids: object, vocab_size: int, like: torch.Tenso
     ok = isinstance(ids, torch.Tensor) and ids.dtype in (torch.int64, torch.int32)
     ok = ok and ids.dim() == 2 and ids.device == like.device
     _check_given(ok, name, f"be (B, N) integer ids on {like.device}", _describe(ids))
-    if bool(((ids < 0) | (ids >= vocab_size)).any()):  # one sync
-        raise ValueError(f"{name} must lie in [0, vocab_size={vocab_size}), "
-                         f"got ids from {int(ids.min())} to {int(ids.max())}")
+    bad = ids[(ids < 0) | (ids >= vocab_size)].unique().tolist()  # one sync
+    _check_given(not bad, name, f"lie in [0, vocab_size={vocab_size})", bad[:8])
 
 
 def _check_new_kv(k: object, v: object, buffer: torch.Tensor) -> None:

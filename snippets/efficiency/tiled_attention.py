@@ -28,6 +28,7 @@ This file needs only torch and the standard library: copy it into a project.
 from __future__ import annotations
 
 import math
+from itertools import zip_longest
 
 import torch
 
@@ -197,11 +198,9 @@ def _check_tiled_qkv(q, k, v, scale, block_size_k, block_size_q) -> None:
         ok = isinstance(t, torch.Tensor) and t.is_floating_point() and t.dim() >= 2
         ok = ok and (t.dtype, t.device) == (q.dtype, q.device)
         _check_given(ok, name, "be floating (*, L, d) like q", _describe(t), TypeError)
-    try:  # leading (batch, head) dimensions pair up as in torch.matmul
-        torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
-        fits = q.shape[-1] == k.shape[-1] and k.shape[-2] == v.shape[-2]
-    except RuntimeError:
-        fits = False
+    lead = zip_longest(*(t.shape[-3::-1] for t in (q, k, v)), fillvalue=1)  # as matmul
+    fits = q.shape[-1] == k.shape[-1] and k.shape[-2] == v.shape[-2] and all(
+        len(set(sizes) - {1}) <= 1 for sizes in lead)  # each leading dim: one size or 1
     want = "be (..., N, d), (..., M, d), (..., M, d_v) with leading dims that broadcast"
     got = f"q {tuple(q.shape)}, k {tuple(k.shape)} and v {tuple(v.shape)}"
     _check_given(fits, "q, k and v", want, got)
