@@ -223,7 +223,7 @@ def test_group_bad_input_is_named():
     q, k, v, index_q, index_k = _group_inputs(n=8)
     with pytest.raises(ValueError, match=r"index_k must be a floating \(1, 1, 8, 6\) tensor"):
         group_block_choice(index_q, index_k.expand(1, 2, 8, 6), block_size=4, top_k=2)
-    with pytest.raises(ValueError, match=r"q must have H a multiple of G = 2 groups, got H = 3"):
+    with pytest.raises(ValueError, match=r"q must have H a multiple of G = 2, got 3"):
         group_sparse_attention(q[:, :3], k, v, index_q, index_k, block_size=4, top_k=2)
     with pytest.raises(ValueError, match=r"k must be a floating \(1, 2, 8, 8\) tensor"):
         group_sparse_attention(q, k[:, :1], v, index_q, index_k, block_size=4, top_k=2)

@@ -28,6 +28,8 @@ def _project(tmp_path: pathlib.Path):
     for name, text in {
         "docs/page.md": 'Text.\n\n```python\n--8<-- "area/x.py:kernel"\n```\n',
         "docs/plain.md": "No code here.\n",
+        "docs/models.md": "A table.\n\n<!-- models:attention -->\n",
+        "docs/data/models.yaml": "models: []\n",
         "docs/ledger.md": "<!-- ledger -->\n",
         "snippets/area/x.py": "# --8<-- [start:kernel]\nx = 1\n# --8<-- [end:kernel]\n",
         "snippets/other/y.py": "y = 2\n",
@@ -37,7 +39,7 @@ def _project(tmp_path: pathlib.Path):
         (tmp_path / name).write_text(text)
     config = load_config(config_file=str(tmp_path / "mkdocs.yml"))
     files = Files([File(name, config.docs_dir, config.site_dir, config.use_directory_urls)
-                   for name in ("page.md", "plain.md", "ledger.md")])
+                   for name in ("page.md", "plain.md", "ledger.md", "models.md")])
     api = File("api/area.md", None, config.site_dir, config.use_directory_urls)
     api.content_string = "::: snippets.area.x\n"  # generated text, as hooks/api_reference.py makes
     files.append(api)
@@ -46,7 +48,7 @@ def _project(tmp_path: pathlib.Path):
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text("built")
         os.utime(out, (1000, 1000))
-    for path in (tmp_path / "docs").rglob("*.md"):
+    for path in [*(tmp_path / "docs").rglob("*.md"), tmp_path / "docs" / "data" / "models.yaml"]:
         os.utime(path, (500, 500))
     for path in (tmp_path / "snippets").rglob("*.py"):
         os.utime(path, (500, 500))
@@ -70,7 +72,16 @@ def test_nothing_changed_rebuilds_only_the_ledger(tmp_path):
     hook.on_startup(command="serve", dirty=True)
     hook.on_files(files, config)
     assert _modified(files) == {"page.md": False, "plain.md": False, "ledger.md": True,
-                                "api/area.md": False}
+                                "models.md": False, "api/area.md": False}
+
+
+def test_a_data_edit_rebuilds_the_pages_filled_from_it(tmp_path):
+    hook = _hook()
+    config, files = _project(tmp_path)
+    os.utime(tmp_path / "docs" / "data" / "models.yaml", (2000, 2000))
+    hook.on_startup(command="serve", dirty=True)
+    hook.on_files(files, config)
+    assert _modified(files)["models.md"] is True and _modified(files)["page.md"] is False
 
 
 def test_a_snippet_edit_rebuilds_the_pages_that_show_it(tmp_path):
@@ -80,7 +91,7 @@ def test_a_snippet_edit_rebuilds_the_pages_that_show_it(tmp_path):
     hook.on_startup(command="serve", dirty=True)
     hook.on_files(files, config)
     assert _modified(files) == {"page.md": True, "plain.md": False, "ledger.md": True,
-                                "api/area.md": True}
+                                "models.md": False, "api/area.md": True}
 
 
 def test_another_areas_snippet_leaves_this_area_alone(tmp_path):
@@ -100,4 +111,4 @@ def test_without_dirty_mkdocs_decides(tmp_path, dirty):
     hook.on_files(files, config)
     # MkDocs' own rule: generated text always counts as changed, a file by its mtime.
     assert _modified(files) == {"page.md": False, "plain.md": False, "ledger.md": False,
-                                "api/area.md": True}
+                                "models.md": False, "api/area.md": True}

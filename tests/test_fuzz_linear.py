@@ -220,7 +220,7 @@ def _(s):
 @fuzz("linear.hybrids.cache_bytes")
 def _(s):
     return [Call(hybrid_mod.cache_bytes, {"config": _hybrid_config(), "context": 1024, "batch": 2},
-                 {"config": Bad(3, None, "config"), "context": NONNEG_INT, "batch": NONNEG_INT,
+                 {"config": Bad(), "context": NONNEG_INT, "batch": NONNEG_INT,  # a HybridConfig
                   "kv_bytes": Bad(-2, "2", None, float("nan"), float("inf"), True),
                   "state_bytes": Bad(-0.5, "4", None, True)})]
 

@@ -270,7 +270,7 @@ def test_config_loss_generation_and_training_errors():
         (lambda: next_token_loss(torch.zeros(3, 7, 5), x), ValueError, r"input_ids must lie in \[0, 5\)"),
         (lambda: generate("model", x, 2), AttributeError, r"'str' object has no attribute 'config'"),
         (lambda: generate(m, x.float(), 2), TypeError, r"prompt must have dtype \(torch.int64, torch.int32\) on cpu, got torch.float32"),
-        (lambda: generate(m, x, 2, generator=0), TypeError, r"generator must be a torch.Generator, got 0"),
+        (lambda: generate(m, x, 2, temperature=1.0, generator=0), TypeError, r"multinomial\(\): argument 'generator' must be torch.Generator, not int"),
         (lambda: reversal_task(0, 3, 5), ValueError, r"n_sequences must be an int >= 1, got \{'n_sequences': 0\}"),
         (lambda: train_tiny_gpt(None), TypeError, r"'NoneType' object is not callable"),
         (lambda: train_tiny_gpt(make_block, config=3), ValueError, r"config must fit n_digits and length, got 3"),

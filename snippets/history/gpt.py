@@ -60,11 +60,6 @@ def _check_number(name: str, value, low: float, high=math.inf, *, low_ok=True) -
         raise ValueError(f"{name} must be in {bracket}{low}, {high}), got {value!r}")
 
 
-def _check_generator(generator) -> None:
-    if generator is not None and not isinstance(generator, torch.Generator):
-        raise TypeError(f"generator must be a torch.Generator, got {generator!r}")
-
-
 def _check_token_ids(name, ids, vocab_size: int, like, shape=(None, None)) -> None:
     """Refuse anything but a (B, N) integer tensor of ids in [0, vocab_size)."""
     _check_tensor(name, ids, shape, like, (torch.int64, torch.int32))
@@ -251,7 +246,6 @@ def generate(
         raise ValueError(f"prompt must hold N0 >= 1 tokens, got {tuple(prompt.shape)}")
     _check_positive_sizes(0, max_new_tokens=max_new_tokens)
     _check_number("temperature", temperature, 0.0)
-    _check_generator(generator)
     was_training = model.training
     model.eval()  # no dropout while generating
     ids = decode(model, prompt, max_new_tokens, temperature, generator)
@@ -286,7 +280,6 @@ def reversal_task(
         ``(B, 2 * L + 1)`` token ids.
     """
     _check_positive_sizes(1, n_sequences=n_sequences, length=length, n_digits=n_digits)
-    _check_generator(generator)
     device = generator.device if generator is not None else None  # draw there
     shape = (n_sequences, length)
     # (B, L) random digits

@@ -247,8 +247,7 @@ def _check_group(index_q, index_k, q, k, v, block_size, top_k, local_blocks,
         _check_lin_tensor("k", k, (b, g, n, q.shape[-1]), like)
         _check_lin_tensor("v", v, (b, g, n, "d_v"), like)
         if q.shape[1] % g:
-            raise ValueError(f"q must have H a multiple of G = {g} groups, got H = "
-                             f"{q.shape[1]}")
+            raise ValueError(f"q must have H a multiple of G = {g}, got {q.shape[1]}")
     _check_block_numbers(scale, block_size=(block_size, 1), top_k=(top_k, 1),
                          local_blocks=(local_blocks, 0))
 

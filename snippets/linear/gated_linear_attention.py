@@ -226,12 +226,11 @@ def _lin_accumulator(dtype: torch.dtype) -> torch.dtype:
 def _check_gla(q, k, v, g, scale, *, state=None, chunk=1, sub=1, step=False) -> None:
     """q, k, g (B, H, N, d_k) and v (B, H, N, d_v); log-decays g <= 0."""
     _check_lin_tensor("q", q, ("B", "H", "d_k") if step else ("B", "H", "N", "d_k"))
-    like = ("q", q)
-    _check_lin_tensor("k", k, q.shape, like)
-    _check_lin_tensor("g", g, q.shape, like)
-    _check_lin_tensor("v", v, (*q.shape[:-1], "d_v"), like)
+    for name, t in (("k", k), ("g", g)):  # shaped like q
+        _check_lin_tensor(name, t, q.shape, ("q", q))
+    _check_lin_tensor("v", v, (*q.shape[:-1], "d_v"), ("q", q))
     if state is not None:
-        _check_lin_tensor("state", state, (*q.shape, v.shape[-1]), like, dtype=False)
+        _check_lin_tensor("state", state, q.shape + v.shape[-1:], ("q", q), dtype=False)
     if (g > 0).any():
         raise ValueError(f"g holds log-decays, must be <= 0, got {g.max().item():.3g}")
     if scale is not None and not (math.isfinite(scale) and scale > 0):

@@ -153,7 +153,7 @@ def cache_bytes(
     Returns:
         ``{"kv": ..., "state": ..., "total": ...}`` in bytes.
     """
-    _check_cache_args(config, context, batch, kv_bytes, state_bytes)
+    _check_cache_args(context, batch, kv_bytes, state_bytes)
     one = held_bytes(
         config.n_full,
         config.n_linear,
@@ -249,9 +249,7 @@ def _check_hybrid_config(config) -> None:
     _check_hybrid_numbers(0, **{name: getattr(config, name) for name in sizes})
 
 
-def _check_cache_args(config, context, batch, kv_bytes, state_bytes) -> None:
-    if not isinstance(config, HybridConfig):
-        raise TypeError(f"config must be a HybridConfig, got {type(config).__name__}")
+def _check_cache_args(context, batch, kv_bytes, state_bytes) -> None:
     _check_hybrid_numbers(0, context=context, batch=batch)
     _check_hybrid_numbers(0, (int, float), kv_bytes=kv_bytes, state_bytes=state_bytes)
 

@@ -204,8 +204,7 @@ def _check_kda(q, k, v, beta, g, *, state=None, scale=None, chunk=1, step=False)
     _check_lin_tensor("beta", beta, lead, like)
     _check_lin_tensor("v", v, (*lead, "d_v"), like)
     if state is not None:
-        shape = (*q.shape[:2], q.shape[-1], v.shape[-1])  # (B, H, d_k, d_v)
-        _check_lin_tensor("state", state, shape, like)
+        _check_lin_tensor("state", state, (*lead[:2], q.shape[-1], v.shape[-1]), like)
     if (g > 0).any():  # a growing state; e^(b_t - b_s) could overflow
         raise ValueError(f"g holds log decays and must be <= 0, got {g.max().item()}")
     if scale is not None and not (math.isfinite(scale) and scale > 0):

@@ -219,12 +219,13 @@ def _dtype_and_shape(x: object) -> str:
     return type(x).__name__
 
 
-def _check_heads(q, k, v, scale, log_f=None) -> None:
-    """q, k (B, H, N, d), v (B, H, N, d_v) of q's dtype and device; log_f if given."""
-    for name, t in (("q", q), ("k", k), ("v", v)):  # k (B, H, N, d), v (B, H, N, d_v)
+def _check_heads(q, k, v, scale, log_f=None, w=None) -> None:
+    """q, k (and w) (B, H, N, d), v (B, H, N, d_v) of q's dtype and device; log_f."""
+    heads = (("q", q), ("k", k), ("v", v)) + ((("w", w),) if w is not None else ())
+    for name, t in heads:  # k and w (B, H, N, d), v (B, H, N, d_v)
         if not (torch.is_tensor(t) and t.is_floating_point() and t.dim() == 4) or (
                 t.dtype, t.device, t.shape[:3]) != (q.dtype, q.device, q.shape[:3]) or (
-                name == "k" and t.shape != q.shape):
+                name in ("k", "w") and t.shape != q.shape):
             raise ValueError(f"{name} must be a floating (B, H, N, d) tensor of q's "
                              f"dtype, device and sizes, got {_dtype_and_shape(t)}")
     if scale is not None and not (math.isfinite(scale) and scale > 0):
@@ -247,10 +248,7 @@ def _check_per_token(name, f, q=None, low=-math.inf, high=0.0) -> None:
 
 def _check_path(q, k, v, w, beta, log_f, scale) -> None:
     """The heads and log_f as above; w shaped like q; beta (B, H, N) in [0, 2]."""
-    _check_heads(q, k, v, scale, log_f)
-    if _dtype_and_shape(w) != _dtype_and_shape(q):  # dtype, shape and device
-        raise ValueError(f"w must be a (B, H, N, d) tensor like q, "
-                         f"{_dtype_and_shape(q)}, got {_dtype_and_shape(w)}")
+    _check_heads(q, k, v, scale, log_f, w)
     _check_per_token("beta", beta, q, 0.0, 2.0)
 
 # --8<-- [end:validate]

@@ -256,11 +256,10 @@ def selection_mask(
 
 def window_keys(n: int, m: int, window: int, device=None) -> torch.Tensor:
     """(N, M) boolean: the last ``window`` keys up to the query's position."""
-    _check_sparse_ints(0, n=n, m=m)
     _check_sparse_ints(window=window)
+    causal = causal_keys(n, m, device)  # checks n and m: j <= i
     i = torch.arange(n, device=device).unsqueeze(-1) + (m - n)
-    j = torch.arange(m, device=device)
-    return (j <= i) & (j > i - window)
+    return causal & (torch.arange(m, device=device) > i - window)
 
 
 def nsa_attention(
