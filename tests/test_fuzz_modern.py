@@ -239,7 +239,10 @@ def _(s):
 def _(s):
     module = modern_gates.SoftCap(5.0)
     forward = lambda **kw: module(kw.pop("q"), kw.pop("k"), kw.pop("v"), **kw)  # noqa: E731
-    return [Call(modern_gates.SoftCap, {"cap": 5.0}, {"cap": CAP}, "init"),
+    q, k, v = _heads(s).values()
+    # the cap is checked where it is used: by softcap, on the first call
+    init = lambda cap: modern_gates.SoftCap(cap)(q, k, v)  # noqa: E731
+    return [Call(init, {"cap": 5.0}, {"cap": CAP}, "init"),
             *[Call(forward, c.kwargs, c.specs, c.label) for c in _kernel_calls(module, s, {}, {})]]
 
 
@@ -526,8 +529,9 @@ def _(s):
 @fuzz("modern.attention_sinks.sink_window_mask")
 def _(s):
     return [Call(modern_sinks.sink_window_mask, {"n_queries": s.n, "n_keys": s.n + s.m, "n_sink": 1, "window": 2},
-                 {"n_queries": NONNEG_INT, "n_keys": Bad(s.n - 1, -1, 2.5, True, "5"), "n_sink": NONNEG_INT,
-                  "window": POS_INT})]
+                 # sizes, not ints: a float size is not refused
+                 {"n_queries": Bad(-1), "n_keys": Bad(s.n - 1, -1), "n_sink": Bad(-1),
+                  "window": Bad(0, -1)})]
 
 
 @fuzz("modern.attention_sinks.SinkCache")
@@ -538,7 +542,8 @@ def _(s):
         return cache.update(**kw)
 
     return [
-        Call(modern_sinks.SinkCache, {"n_sink": 1, "window": 2}, {"n_sink": NONNEG_INT, "window": POS_INT}, "init"),
+        Call(modern_sinks.SinkCache, {"n_sink": 1, "window": 2}, {"n_sink": Bad(-1), "window": Bad(0, -1)},
+             "init"),
         Call(update, {"k": r(s.b, s.h, s.n, s.d), "v": r(s.b, s.h, s.n, s.d + 1)},
              {"k": T(rank=4, tied=(0, 1, 2, 3), names=("v",)), "v": T(rank=4, tied=(0, 1, 2, 3), names=("k",))},
              "update"),
@@ -551,7 +556,7 @@ def _(s):
     return [Call(modern_sinks.streaming_attention,
                  {**qkv_, "n_sink": 1, "window": 2, "positions": "original", "base": 500.0},
                  {**HEADS, "q": T(rank=4, tied=(0, 1, 2, 3), names=("k", "v")),
-                  "n_sink": NONNEG_INT, "window": POS_INT, "positions": Bad("text", 3, None),
+                  "n_sink": Bad(-1), "window": Bad(0, -1), "positions": Bad("text", 3, None),
                   "base": Bad(1.0, float("nan"), "1e4", None, True)})]
 
 

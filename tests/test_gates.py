@@ -222,7 +222,7 @@ def test_softcap_takes_integer_scores():
     "make, error, match",
     [
         (lambda: softcap(torch.ones(2), 0.0), ValueError, r"cap must be a finite number > 0.0, got 0.0"),
-        (lambda: SoftCap(float("inf")), ValueError, r"cap must be a finite number > 0.0, got inf"),
+        (lambda: SoftCap(float("inf"))(*qkv()), ValueError, r"cap must be a finite number > 0.0, got inf"),
         (lambda: softcap_attention(torch.ones(2, 3, 4), *qkv()[1:], cap=1.0), ValueError,
          r"q must be \(None, None, None, None\).*got \(2, 3, 4\)"),
         (lambda: softcap_attention(qkv()[0], torch.ones(2, 3, 7, 5, dtype=torch.float64), qkv()[2], cap=1.0), ValueError,

@@ -47,9 +47,8 @@ def _got(t: object) -> str:
 
 def _check_rotary_tables(positions: torch.Tensor, rotary_dim: int, base: float) -> None:
     """Refuse positions unless (N,) or (B, N), odd rotary_dim, base <= 1."""
-    number = isinstance(base, (int, float)) and 1 < base < math.inf
-    if not torch.is_tensor(positions) or positions.dim() not in (1, 2) or not number \
-            or rotary_dim < 2 or rotary_dim % 2:
+    if not torch.is_tensor(positions) or positions.dim() not in (1, 2) or base is None \
+            or not 1 < base < math.inf or rotary_dim < 2 or rotary_dim % 2:
         raise ValueError(f"positions must be (N,) or (B, N), rotary_dim even >= 2 and "
                          f"base > 1, got {_got(positions)}, {rotary_dim=}, {base=}")
 

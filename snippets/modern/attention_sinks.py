@@ -84,10 +84,9 @@ def _check_bool_mask(name: str, mask: object, shape: tuple, device) -> None:
 def _check_attend_args(q, k, v, attn_mask, scale) -> None:
     """q (B, H, N, d), k (B, H, M, d), v (B, H, M, d_v), a mask for (B, H, N, M)."""
     _check_float_tensor("q", q, (None,) * 4)
-    b, h, n, d = q.shape
-    _check_float_tensor("k", k, (b, h, None, d), like=q)
-    _check_float_tensor("v", v, (b, h, k.shape[2], None), like=q)
-    _check_bool_mask("attn_mask", attn_mask, (b, h, n, k.shape[2]), q.device)
+    _check_float_tensor("k", k, (*q.shape[:2], None, q.shape[3]), like=q)
+    _check_float_tensor("v", v, (*k.shape[:3], None), like=q)
+    _check_bool_mask("attn_mask", attn_mask, (*q.shape[:3], k.shape[2]), q.device)
     _check_num(optional=True, scale=scale)
 # --8<-- [end:checks]
 
@@ -101,9 +100,8 @@ def _got(t: object) -> str:
 
 def _check_rotary_tables(positions: torch.Tensor, rotary_dim: int, base: float) -> None:
     """Refuse positions unless (N,) or (B, N), odd rotary_dim, base <= 1."""
-    number = isinstance(base, (int, float)) and 1 < base < math.inf
-    if not torch.is_tensor(positions) or positions.dim() not in (1, 2) or not number \
-            or rotary_dim < 2 or rotary_dim % 2:
+    if not torch.is_tensor(positions) or positions.dim() not in (1, 2) or base is None \
+            or not 1 < base < math.inf or rotary_dim < 2 or rotary_dim % 2:
         raise ValueError(f"positions must be (N,) or (B, N), rotary_dim even >= 2 and "
                          f"base > 1, got {_got(positions)}, {rotary_dim=}, {base=}")
 
@@ -259,10 +257,9 @@ def sink_window_mask(
     Returns:
         ``(n_queries, n_keys)``, boolean.
     """
-    if n_queries > n_keys or not all(isinstance(a, int) and a >= 0
-                                     for a in (n_queries, n_keys, n_sink, window - 1)):
-        raise ValueError(f"need ints 0 <= n_queries <= n_keys, n_sink >= 0, window >= 1"
-                         f", got {(n_queries, n_keys, n_sink, window)}")
+    if not 0 <= n_queries <= n_keys or n_sink < 0 or window < 1:
+        raise ValueError(f"need 0 <= n_queries <= n_keys, n_sink >= 0, window >= 1, "
+                         f"got {(n_queries, n_keys, n_sink, window)}")
     query_pos = torch.arange(n_keys - n_queries, n_keys, device=device)  # (N,)
     key_pos = torch.arange(n_keys, device=device)  # (M,)
     return streaming_mask(query_pos, key_pos, n_sink, window)
@@ -281,9 +278,9 @@ class SinkCache:
     """
 
     def __init__(self, n_sink: int, window: int) -> None:
-        if not all(isinstance(a, int) and a >= 0 for a in (n_sink, window - 1)):
-            raise ValueError(f"n_sink must be an int >= 0 and window an int >= 1, got "
-                             f"{n_sink=}, {window=}")
+        if n_sink < 0 or window < 1:
+            raise ValueError(f"n_sink must be >= 0 and window >= 1, got {n_sink=}, "
+                             f"{window=}")
         self.n_sink, self.window = n_sink, window
         self.keys: torch.Tensor | None = None  # (B, H, L, d), not rotated
         self.values: torch.Tensor | None = None  # (B, H, L, d_v)

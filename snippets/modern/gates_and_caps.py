@@ -81,10 +81,9 @@ def _check_bool_mask(name: str, mask: object, shape: tuple, device) -> None:
 def _check_attend_args(q, k, v, attn_mask, scale) -> None:
     """q (B, H, N, d), k (B, H, M, d), v (B, H, M, d_v), a mask for (B, H, N, M)."""
     _check_float_tensor("q", q, (None,) * 4)
-    b, h, n, d = q.shape
-    _check_float_tensor("k", k, (b, h, None, d), like=q)
-    _check_float_tensor("v", v, (b, h, k.shape[2], None), like=q)
-    _check_bool_mask("attn_mask", attn_mask, (b, h, n, k.shape[2]), q.device)
+    _check_float_tensor("k", k, (*q.shape[:2], None, q.shape[3]), like=q)
+    _check_float_tensor("v", v, (*k.shape[:3], None), like=q)
+    _check_bool_mask("attn_mask", attn_mask, (*q.shape[:3], k.shape[2]), q.device)
     _check_num(optional=True, scale=scale)
 # --8<-- [end:checks]
 
@@ -161,8 +160,7 @@ class SoftCap(nn.Module):
 
     def __init__(self, cap: float = 50.0) -> None:
         super().__init__()
-        _check_num(cap=cap)
-        self.cap = float(cap)
+        self.cap = cap  # softcap checks it on every call
 
     def forward(self, q, k, v, attn_mask=None, scale=None) -> torch.Tensor:
         cap = self.cap

@@ -65,16 +65,6 @@ def _check_float_tensor(name: str, t: object, shape, like=None, dtype=True) -> N
     if not fits or not same:
         raise ValueError(f"{name} must be {shape} {dtype and like.dtype or 'float'} on "
                          f"{like.device}, got {tuple(t.shape)} {t.dtype} on {t.device}")
-
-
-def _check_bool_mask(name: str, mask: object, shape: tuple, device) -> None:
-    """None, or a bool mask (True = may attend) on device that broadcasts to shape."""
-    if mask is not None and (getattr(mask, "dtype", None) != torch.bool
-                             or mask.dim() > len(shape) or mask.device != device or any(
-            a not in (1, b) for a, b in zip(mask.shape[::-1], shape[::-1]))):
-        raise ValueError(f"{name} must be bool and broadcast to {shape} on {device}, "
-                         f"got {_got(mask)}")
-
 # --8<-- [end:checks]
 
 
@@ -87,9 +77,8 @@ def _got(t: object) -> str:
 
 def _check_rotary_tables(positions: torch.Tensor, rotary_dim: int, base: float) -> None:
     """Refuse positions unless (N,) or (B, N), odd rotary_dim, base <= 1."""
-    number = isinstance(base, (int, float)) and 1 < base < math.inf
-    if not torch.is_tensor(positions) or positions.dim() not in (1, 2) or not number \
-            or rotary_dim < 2 or rotary_dim % 2:
+    if not torch.is_tensor(positions) or positions.dim() not in (1, 2) or base is None \
+            or not 1 < base < math.inf or rotary_dim < 2 or rotary_dim % 2:
         raise ValueError(f"positions must be (N,) or (B, N), rotary_dim even >= 2 and "
                          f"base > 1, got {_got(positions)}, {rotary_dim=}, {base=}")
 
@@ -248,11 +237,10 @@ class MultiHeadLatentAttention(nn.Module):
         super().__init__()
         _check_num(d_model=d_model, n_heads=n_heads, kv_lora_rank=kv_lora_rank,
                    qk_nope_head_dim=qk_nope_head_dim, v_head_dim=v_head_dim,
-                   q_lora_rank=1 if q_lora_rank is None else q_lora_rank,
                    norm_eps=norm_eps)
         # RoPE's own check: rope_dim is its rotary_dim, rope_base its base
         _check_rotary_tables(torch.zeros(0, dtype=torch.long), rope_dim, rope_base)
-        _check_num(optional=True, softmax_scale=softmax_scale)
+        _check_num(optional=True, q_lora_rank=q_lora_rank, softmax_scale=softmax_scale)
         self.d_model, self.n_heads = d_model, n_heads
         self.kv_lora_rank, self.q_lora_rank = kv_lora_rank, q_lora_rank
         self.d_nope, self.d_rope, self.d_v = qk_nope_head_dim, rope_dim, v_head_dim
@@ -365,9 +353,15 @@ class MultiHeadLatentAttention(nn.Module):
     # --8<-- [end:forward]
 
     def _check_forward(self, x, cache, attn_mask) -> None:
-        """x and the mask; cache.update refuses a cache that the new c does not fit."""
-        w = self.kv_down.weight
-        _check_float_tensor("x", x, (None, None, self.d_model), like=w)
+        """x, and a bool mask (True = may attend) that broadcasts to (B, H, N, M).
+
+        cache.update refuses a cache that the new c does not fit.
+        """
+        _check_float_tensor("x", x, (None, None, self.d_model), self.kv_down.weight)
         b, n, _ = x.shape
-        m = n + (0 if cache is None else cache.seq_len)
-        _check_bool_mask("attn_mask", attn_mask, (b, self.n_heads, n, m), x.device)
+        want = (b, self.n_heads, n, n + (0 if cache is None else cache.seq_len))
+        if attn_mask is not None and (getattr(attn_mask, "dtype", None) != torch.bool
+                or attn_mask.dim() > 4 or attn_mask.device != x.device or any(
+                a not in (1, c) for a, c in zip(attn_mask.shape[::-1], want[::-1]))):
+            raise ValueError(f"attn_mask must be bool and broadcast to {want} on "
+                             f"{x.device}, got {_got(attn_mask)}")

@@ -103,10 +103,9 @@ def _check_bool_mask(name: str, mask: object, shape: tuple, device) -> None:
 def _check_attend_args(q, k, v, attn_mask, scale) -> None:
     """q (B, H, N, d), k (B, H, M, d), v (B, H, M, d_v), a mask for (B, H, N, M)."""
     _check_float_tensor("q", q, (None,) * 4)
-    b, h, n, d = q.shape
-    _check_float_tensor("k", k, (b, h, None, d), like=q)
-    _check_float_tensor("v", v, (b, h, k.shape[2], None), like=q)
-    _check_bool_mask("attn_mask", attn_mask, (b, h, n, k.shape[2]), q.device)
+    _check_float_tensor("k", k, (*q.shape[:2], None, q.shape[3]), like=q)
+    _check_float_tensor("v", v, (*k.shape[:3], None), like=q)
+    _check_bool_mask("attn_mask", attn_mask, (*q.shape[:3], k.shape[2]), q.device)
     _check_num(optional=True, scale=scale)
 # --8<-- [end:checks]
 
@@ -120,9 +119,8 @@ def _got(t: object) -> str:
 
 def _check_rotary_tables(positions: torch.Tensor, rotary_dim: int, base: float) -> None:
     """Refuse positions unless (N,) or (B, N), odd rotary_dim, base <= 1."""
-    number = isinstance(base, (int, float)) and 1 < base < math.inf
-    if not torch.is_tensor(positions) or positions.dim() not in (1, 2) or not number \
-            or rotary_dim < 2 or rotary_dim % 2:
+    if not torch.is_tensor(positions) or positions.dim() not in (1, 2) or base is None \
+            or not 1 < base < math.inf or rotary_dim < 2 or rotary_dim % 2:
         raise ValueError(f"positions must be (N,) or (B, N), rotary_dim even >= 2 and "
                          f"base > 1, got {_got(positions)}, {rotary_dim=}, {base=}")
 
@@ -379,11 +377,21 @@ class DecoderAttention(nn.Module):
     ) -> None:
         super().__init__()
         n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
-        self._check_init(d_model, n_heads, n_kv_heads, d_head, qk_norm, rope_base,
-                         rotary_dim, scale)
+        _check_num(d_model=d_model, n_heads=n_heads, n_kv_heads=n_kv_heads)
+        _check_num(optional=True, d_head=d_head, scale=scale)
+        _check_num(1.0, optional=True, rope_base=rope_base)
+        if n_heads % n_kv_heads or d_head is None and d_model % n_heads:
+            raise ValueError(f"n_kv_heads must divide n_heads and n_heads d_model, got"
+                             f" n_kv_heads={n_kv_heads}, n_heads={n_heads}, {d_model=}")
+        if qk_norm not in (None, "head", "full"):
+            raise ValueError(f"qk_norm must be None, 'head' or 'full', got {qk_norm!r}")
         d_head = d_model // n_heads if d_head is None else d_head
         rotary_dim = d_head if rotary_dim is None else rotary_dim
-        self.n_heads, self.n_kv_heads, self.d_head = n_heads, n_kv_heads, d_head
+        if rope_base is not None and (rotary_dim % 2 or not 2 <= rotary_dim <= d_head):
+            raise ValueError(f"rotary_dim must be even in [2, {d_head=}], got "
+                             f"{rotary_dim}")
+        self.d_model, self.n_heads = d_model, n_heads
+        self.n_kv_heads, self.d_head = n_kv_heads, d_head
         self.qk_norm, self.rope_base, self.rotary_dim = qk_norm, rope_base, rotary_dim
         self.interleaved = interleaved
         self.scale = d_head**-0.5 if scale is None else float(scale)
@@ -398,23 +406,6 @@ class DecoderAttention(nn.Module):
             self.k_norm = RMSNorm(width[1], norm_eps)
         self.attend = sdpa_attend if attend is None else attend
         self.output_gate = output_gate
-
-    @staticmethod
-    def _check_init(d_model, n_heads, n_kv_heads, d_head, qk_norm, rope_base,
-                    rotary_dim, scale) -> None:
-        _check_num(d_model=d_model, n_heads=n_heads, n_kv_heads=n_kv_heads)
-        if n_heads % n_kv_heads or d_head is None and d_model % n_heads:
-            raise ValueError(f"n_kv_heads must divide n_heads and n_heads d_model, got"
-                             f" n_kv_heads={n_kv_heads}, n_heads={n_heads}, {d_model=}")
-        d_head = d_model // n_heads if d_head is None else d_head
-        r = d_head if rotary_dim is None else rotary_dim
-        _check_num(d_head=d_head)
-        if qk_norm not in (None, "head", "full"):
-            raise ValueError(f"qk_norm must be None, 'head' or 'full', got {qk_norm!r}")
-        if rope_base is not None and (r % 2 or not 2 <= r <= d_head):
-            raise ValueError(f"rotary_dim must be even in [2, {d_head=}], got {r}")
-        _check_num(1.0, optional=True, rope_base=rope_base)
-        _check_num(optional=True, scale=scale)
 
     # --8<-- [start:qk_norm]
     def heads(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -454,8 +445,7 @@ class DecoderAttention(nn.Module):
 
     def _check_forward(self, x, attn_mask) -> None:
         """x and the mask; rotary_tables and apply_rotary check the positions."""
-        w = self.q_proj.weight
-        _check_float_tensor("x", x, (None, None, w.shape[1]), w)
+        _check_float_tensor("x", x, (None, None, self.d_model), self.q_proj.weight)
         b, n, _ = x.shape
         _check_bool_mask("attn_mask", attn_mask, (b, self.n_heads, n, n), x.device)
 
