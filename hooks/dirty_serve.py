@@ -9,6 +9,8 @@ under ``--dirty`` (and only then) this hook widens what counts as changed:
 * an API reference page (generated text, which MkDocs would rebuild on every
   edit), only when a snippet of its area is newer than its output (the index,
   when any snippet is);
+* a page with a table or form filled from ``docs/data/`` (``<!-- models:... -->``,
+  ``<!-- calculator:... -->``), when a file there is newer;
 * the equivalence ledger page, always (any snippet can move its numbers).
 
 The executed examples need nothing here: their notebooks are named by a key of
@@ -16,11 +18,19 @@ their sources (``hooks/field_guide_hooks/closure.py``), so an edit that
 changes one writes a new, newer notebook. Figures keep their addresses, and
 their files are copied when they change. A plain ``mkdocs serve`` or
 ``mkdocs build`` is untouched.
+
+MkDocs warns on every dirty build that navigation may be inaccurate; under
+``strict: true`` that warning alone would abort the build, so it is shown as
+information (every other warning still fails a strict build). The figures
+hook skips its "figure shown on no page" check in a dirty build, which reads
+only some pages.
 """
 
 from __future__ import annotations
 
+import logging
 import pathlib
+import re
 
 from mkdocs.plugins import event_priority
 from mkdocs.structure.files import Files
@@ -28,12 +38,26 @@ from mkdocs.structure.files import Files
 INCLUDE_PREFIX = "--8<--"
 API_DIR = "api"
 LEDGER_PAGE = "ledger.md"
+# Placeholders that hooks fill from docs/data/ (models_table.py, config_calculator.py).
+DATA_PLACEHOLDER = re.compile(r"<!--\s*(?:models|calculator):")
 
 _state = {"dirty": False}
 
 
+class _DirtyNotice(logging.Filter):
+    """MkDocs' "A 'dirty' build is being performed" warning, as information."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno == logging.WARNING and "'dirty' build" in record.getMessage():
+            record.levelno, record.levelname = logging.INFO, "INFO"
+        return True
+
+
 def on_startup(command, dirty: bool) -> None:
     _state["dirty"] = dirty
+    build_log = logging.getLogger("mkdocs.commands.build")
+    if dirty and not any(isinstance(f, _DirtyNotice) for f in build_log.filters):
+        build_log.addFilter(_DirtyNotice())
 
 
 def included_snippets(markdown: str, snippets: pathlib.Path) -> list[pathlib.Path]:
@@ -58,7 +82,10 @@ def sources_of(file, root: pathlib.Path) -> list[pathlib.Path] | None:
         return sorted((snippets if area == "index" else snippets / area).rglob("*.py"))
     if file.abs_src_path and uri.endswith(".md"):
         text = pathlib.Path(file.abs_src_path).read_text(encoding="utf-8")
-        return included_snippets(text, snippets) or None
+        found = included_snippets(text, snippets)
+        if DATA_PLACEHOLDER.search(text):
+            found += sorted((root / "docs" / "data").glob("*.*"))
+        return found or None
     return None
 
 

@@ -281,7 +281,13 @@ def on_page_markdown(markdown: str, page, config, files: Files) -> str:
     return REFERENCE.sub(replace, markdown)
 
 
+def on_startup(command, dirty: bool) -> None:
+    _state["dirty"] = dirty
+
+
 def on_env(env, config, files: Files):
+    if _state.get("dirty"):
+        return env  # `mkdocs serve --dirty` reads only the pages an edit changed
     defined = {key.rsplit("-", 1)[0] for key in _state.get("svgs", {})}
     for unused in sorted(defined - _state.get("used", set())):
         log.warning("figures: docs/%s/%s.py:%s is shown on no page", FIGURES_DIR, *unused.split("/"))
