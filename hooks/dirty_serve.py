@@ -13,9 +13,11 @@ under ``--dirty`` (and only then) this hook widens what counts as changed:
   ``<!-- calculator:... -->``), when a file there is newer;
 * the equivalence ledger page, always (any snippet can move its numbers).
 
-The executed examples need nothing here: their notebooks are named by a key of
-their sources (``hooks/field_guide_hooks/closure.py``), so an edit that
-changes one writes a new, newer notebook. Figures keep their addresses, and
+The executed examples are named by a key of their sources
+(``hooks/field_guide_hooks/closure.py``), so an edit that changes one writes a
+new notebook, still being executed when MkDocs asks whether the page changed:
+a page whose source file does not exist yet counts as changed (the examples
+hook makes the page wait for its notebook). Figures keep their addresses, and
 their files are copied when they change. A plain ``mkdocs serve`` or
 ``mkdocs build`` is untouched.
 
@@ -98,6 +100,7 @@ def _changed(output: pathlib.Path, sources: list[pathlib.Path]) -> bool:
 def on_files(files: Files, config) -> Files:
     if not _state["dirty"]:
         return files
+    _executing(files)
     root = pathlib.Path(config.config_file_path).resolve().parent
     for file in files.documentation_pages():
         output = pathlib.Path(file.abs_dest_path)
@@ -113,3 +116,18 @@ def on_files(files: Files, config) -> Files:
             changed = _changed(output, own + sources)
         file.is_modified = (lambda value: lambda: value)(changed)
     return files
+
+
+def _executing(files: Files) -> None:
+    """An example whose sources changed is executing now into a new notebook
+    (on_pre_page waits for it): it has changed, and its file is not there yet."""
+    for file in files:
+        if file.abs_src_path and not pathlib.Path(file.abs_src_path).exists():
+            file.is_modified = lambda: True
+
+
+@event_priority(-100)  # after mkdocs-jupyter has wrapped the notebooks and examples.py pinned them
+def on_nav(nav, config, files: Files):
+    if _state["dirty"]:
+        _executing(files)
+    return nav

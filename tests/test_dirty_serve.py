@@ -112,3 +112,19 @@ def test_without_dirty_mkdocs_decides(tmp_path, dirty):
     # MkDocs' own rule: generated text always counts as changed, a file by its mtime.
     assert _modified(files) == {"page.md": False, "plain.md": False, "ledger.md": False,
                                 "models.md": False, "api/area.md": True}
+
+
+def test_an_example_still_executing_counts_as_changed(tmp_path):
+    from mkdocs.structure.files import File
+
+    hook = _hook()
+    config, files = _project(tmp_path)
+    notebook = tmp_path / "cache" / "x-0123.ipynb"  # the new notebook, not written yet
+    example = File("examples/x.py", None, config.site_dir, config.use_directory_urls)
+    example.abs_src_path = str(notebook)
+    pathlib.Path(example.abs_dest_path).parent.mkdir(parents=True, exist_ok=True)
+    pathlib.Path(example.abs_dest_path).write_text("built")  # the page of the last build
+    files.append(example)
+    hook.on_startup(command="serve", dirty=True)
+    hook.on_files(files, config)
+    assert example.is_modified() is True
