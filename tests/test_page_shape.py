@@ -47,16 +47,18 @@ def test_snippet_lines_fit_the_column(path):
 
 # The goal is a quarter. Measured at 41.2 % before the kernel/face rewrite and
 # 28.7 % after it, 28.0 % once shared message formatters and table-driven
-# checks replaced repeated if/raise blocks; this ceiling only ever moves down,
-# so new armour cannot creep back while the rest of the way to 25 % is walked.
-CHECKS_CEILING = 0.282
+# checks replaced repeated if/raise blocks, 25.3 % once checks bound shape
+# letters across arguments and type checks on models, modules and callables
+# left to the call that uses them; this ceiling only ever moves down, so new
+# armour cannot creep back while the rest of the way to 25 % is walked.
+CHECKS_CEILING = 0.255
 
 
 def test_checks_share_stays_under_its_ceiling():
     checks, code = checks_share()
     assert checks / code <= CHECKS_CEILING, (
         f"checks are {checks} of {code} code lines ({checks / code:.1%}); the ceiling is "
-        f"{CHECKS_CEILING:.0%} on the way to a quarter")
+        f"{CHECKS_CEILING:.1%} on the way to a quarter")
 
 
 def test_the_shape_counter_sees_a_fold_and_a_raise(tmp_path, monkeypatch):
