@@ -66,52 +66,38 @@ def test_included_snippets_reads_the_include_lines():
                                                               pathlib.Path("s/b/y.py")]
 
 
-def test_nothing_changed_rebuilds_only_the_ledger(tmp_path):
+# (file touched after the build, or None; dirty; which pages count as changed)
+CASES = {
+    "nothing changed: only the ledger": (
+        None, True, {"page.md": False, "plain.md": False, "ledger.md": True, "models.md": False,
+                     "api/area.md": False}),
+    "a snippet: the pages that show it and its area's API page": (
+        "snippets/area/x.py", True, {"page.md": True, "plain.md": False, "ledger.md": True,
+                                     "models.md": False, "api/area.md": True}),
+    "another area's snippet: nothing of this area": (
+        "snippets/other/y.py", True, {"page.md": False, "plain.md": False, "ledger.md": True,
+                                      "models.md": False, "api/area.md": False}),
+    "a data file: the pages filled from it": (
+        "docs/data/models.yaml", True, {"page.md": False, "plain.md": False, "ledger.md": True,
+                                        "models.md": True, "api/area.md": False}),
+    # Without --dirty MkDocs' own rule stands: generated text always counts as
+    # changed, a file by its own mtime.
+    "no --dirty: MkDocs decides": (
+        "snippets/area/x.py", False, {"page.md": False, "plain.md": False, "ledger.md": False,
+                                      "models.md": False, "api/area.md": True}),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_what_counts_as_changed(tmp_path, case):
+    touched, dirty, expected = CASES[case]
     hook = _hook()
     config, files = _project(tmp_path)
-    hook.on_startup(command="serve", dirty=True)
-    hook.on_files(files, config)
-    assert _modified(files) == {"page.md": False, "plain.md": False, "ledger.md": True,
-                                "models.md": False, "api/area.md": False}
-
-
-def test_a_data_edit_rebuilds_the_pages_filled_from_it(tmp_path):
-    hook = _hook()
-    config, files = _project(tmp_path)
-    os.utime(tmp_path / "docs" / "data" / "models.yaml", (2000, 2000))
-    hook.on_startup(command="serve", dirty=True)
-    hook.on_files(files, config)
-    assert _modified(files)["models.md"] is True and _modified(files)["page.md"] is False
-
-
-def test_a_snippet_edit_rebuilds_the_pages_that_show_it(tmp_path):
-    hook = _hook()
-    config, files = _project(tmp_path)
-    os.utime(tmp_path / "snippets" / "area" / "x.py", (2000, 2000))
-    hook.on_startup(command="serve", dirty=True)
-    hook.on_files(files, config)
-    assert _modified(files) == {"page.md": True, "plain.md": False, "ledger.md": True,
-                                "models.md": False, "api/area.md": True}
-
-
-def test_another_areas_snippet_leaves_this_area_alone(tmp_path):
-    hook = _hook()
-    config, files = _project(tmp_path)
-    os.utime(tmp_path / "snippets" / "other" / "y.py", (2000, 2000))
-    hook.on_startup(command="serve", dirty=True)
-    hook.on_files(files, config)
-    assert _modified(files)["page.md"] is False and _modified(files)["api/area.md"] is False
-
-
-@pytest.mark.parametrize("dirty", [False])
-def test_without_dirty_mkdocs_decides(tmp_path, dirty):
-    hook = _hook()
-    config, files = _project(tmp_path)
+    if touched:
+        os.utime(tmp_path / touched, (2000, 2000))
     hook.on_startup(command="serve", dirty=dirty)
     hook.on_files(files, config)
-    # MkDocs' own rule: generated text always counts as changed, a file by its mtime.
-    assert _modified(files) == {"page.md": False, "plain.md": False, "ledger.md": False,
-                                "models.md": False, "api/area.md": True}
+    assert _modified(files) == expected
 
 
 def test_an_example_still_executing_counts_as_changed(tmp_path):
