@@ -33,12 +33,17 @@ from __future__ import annotations
 import logging
 import pathlib
 import re
+import sys
 
 from mkdocs.plugins import event_priority
 from mkdocs.structure.files import Files
 
-INCLUDE_PREFIX = "--8<--"
-API_DIR = "api"
+# MkDocs loads hooks by path: the shared rooms live in a package next to this file.
+if str(pathlib.Path(__file__).resolve().parent) not in sys.path:
+    sys.path.append(str(pathlib.Path(__file__).resolve().parent))
+
+from field_guide_hooks.api_reference import API_DIR, INCLUDE  # noqa: E402
+
 LEDGER_PAGE = "ledger.md"
 # Placeholders that hooks fill from docs/data/ (models_table.py, config_calculator.py).
 DATA_PLACEHOLDER = re.compile(r"<!--\s*(?:models|calculator):")
@@ -64,14 +69,7 @@ def on_startup(command, dirty: bool) -> None:
 
 def included_snippets(markdown: str, snippets: pathlib.Path) -> list[pathlib.Path]:
     """The snippet files a page includes, by its ``--8<-- "file.py:section"`` lines."""
-    found = []
-    for line in markdown.splitlines():
-        words = line.strip().split(None, 1)
-        if len(words) == 2 and words[0] == INCLUDE_PREFIX:
-            name = words[1].strip().strip('"').split(":")[0]
-            if name.endswith(".py"):
-                found.append(snippets / name)
-    return found
+    return [snippets / name for name in INCLUDE.findall(markdown)]
 
 
 def sources_of(file, root: pathlib.Path) -> list[pathlib.Path] | None:

@@ -23,9 +23,14 @@ from mkdocs.plugins import event_priority
 from mkdocs.structure.files import File, Files
 from mkdocs.utils import get_relative_url
 
+# MkDocs loads hooks by path: the shared rooms live in a package next to this file.
+if str(pathlib.Path(__file__).resolve().parent) not in sys.path:
+    sys.path.append(str(pathlib.Path(__file__).resolve().parent))
+
+from field_guide_hooks.api_reference import INCLUDE  # noqa: E402  (the include lines)
+
 log = logging.getLogger("mkdocs.hooks.pages")
 
-INCLUDE = re.compile(r'^[ \t]*--8<--[ \t]+"([^":]+\.py)(?::[A-Za-z][\w-]*)?"[ \t]*$', re.M)
 CODE_HEADING = re.compile(r"^## The code[^\n]*\n", re.M)
 
 
