@@ -2,7 +2,7 @@
 
 The identities are the functions in ``tests/identities/`` that the test suite
 asserts (``tests/test_ledger.py``). The build runs the same functions, in a
-thread that starts with the build, and renders what they measured:
+process that starts with the build, and renders what they measured:
 
 * ``docs/ledger.md`` holds ``<!-- ledger -->``, replaced by one table per area:
   the claim, the largest error measured, dtype, device, torch version, and
@@ -31,8 +31,10 @@ import os
 import pathlib
 import posixpath
 import re
+import subprocess
 import sys
-import threading
+import tempfile
+import types
 
 from mkdocs.exceptions import PluginError
 
@@ -106,39 +108,76 @@ def _measure_file(identities, path: pathlib.Path, keys: list[str], versions: str
     return results
 
 
-def _run_all() -> None:
-    try:
-        if str(ROOT / "tests") not in sys.path:
-            sys.path.insert(0, str(ROOT / "tests"))
-        if str(ROOT) not in sys.path:
-            sys.path.insert(0, str(ROOT))
-        import identities
+def _run_all() -> dict:
+    """Load the registry, measure (or reuse) every identity: what the page needs, as JSON."""
+    if str(ROOT / "tests") not in sys.path:
+        sys.path.insert(0, str(ROOT / "tests"))
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    import identities
 
-        registry = identities.load_all()
-        versions = _versions()
-        by_file: dict[pathlib.Path, list[str]] = {}
-        for key, ident in registry.items():
-            by_file.setdefault(ROOT / ident.test.split("::")[0], []).append(key)
-        results = {}
-        for path, keys in sorted(by_file.items()):
-            results.update(_measure_file(identities, path, keys, versions))
-        _state["registry"], _state["results"] = registry, {k: results[k] for k in registry}
-    except BaseException as error:  # noqa: BLE001 - reported by the page that needs it
-        _state["error"] = error
+    registry = identities.load_all()
+    versions = _versions()
+    by_file: dict[pathlib.Path, list[str]] = {}
+    for key, ident in registry.items():
+        by_file.setdefault(ROOT / ident.test.split("::")[0], []).append(key)
+    results = {}
+    for path, keys in sorted(by_file.items()):
+        results.update(_measure_file(identities, path, keys, versions))
+    return {
+        "registry": {k: {"claim": i.claim, "page": i.page, "tol": i.tol, "test": i.test}
+                     for k, i in registry.items()},
+        "results": {k: dataclasses.asdict(results[k]) for k in registry},
+        "reused": _state.get("reused", 0),
+    }
+
+
+def _stop() -> None:
+    child = _state.get("child")
+    if child is not None and child.poll() is None:
+        child.kill()
+        child.wait()
+    for name in ("out", "log"):
+        if name in _state:
+            pathlib.Path(_state[name]).unlink(missing_ok=True)
 
 
 def on_config(config):
+    # A separate process, not a thread: torch.compile and inspect parse source
+    # with ``ast`` while the build's own hooks do, and CPython 3.11's AST
+    # constructor keeps one recursion counter for all threads ("AST
+    # constructor recursion depth mismatch" when two threads parse at once).
+    _stop()
     _state.clear()
-    thread = threading.Thread(target=_run_all, name="ledger", daemon=True)
-    thread.start()
-    _state["thread"] = thread
+    fd, out = tempfile.mkstemp(prefix="ledger-", suffix=".json")
+    os.close(fd)
+    log_fd, log_path = tempfile.mkstemp(prefix="ledger-", suffix=".log")
+    with os.fdopen(log_fd, "wb") as log_file:
+        _state["child"] = subprocess.Popen(
+            [sys.executable, str(pathlib.Path(__file__).resolve()), out],
+            cwd=ROOT, stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT)
+    _state.update(out=out, log=log_path)
     return config
 
 
+def on_shutdown():
+    _stop()
+
+
 def _ledger():
-    _state["thread"].join()
-    if "error" in _state:
-        raise PluginError(f"the equivalence ledger could not be measured: {_state['error']!r}")
+    if "registry" not in _state:
+        code = _state["child"].wait()
+        log_text = pathlib.Path(_state["log"]).read_text(encoding="utf-8", errors="replace")
+        if code != 0:
+            tail = "\n".join(log_text.strip().splitlines()[-15:])
+            raise PluginError(f"the equivalence ledger could not be measured (exit {code}):\n{tail}")
+        found = json.loads(pathlib.Path(_state["out"]).read_text(encoding="utf-8"))
+        _state["registry"] = {k: types.SimpleNamespace(**v) for k, v in found["registry"].items()}
+        _state["results"] = {k: types.SimpleNamespace(**v) for k, v in found["results"].items()}
+        measured = len(found["results"]) - found["reused"]
+        log.info(f"ledger: {len(found['results'])} identities, {measured} measured, "
+                 f"{found['reused']} reused from the cache")
+        _stop()
     registry, results = _state["registry"], _state["results"]
     broken = [f"{k}: error {r.error:.3g} > {registry[k].tol:.3g}" for k, r in results.items()
               if r.error is not None and not r.error <= registry[k].tol]
@@ -205,3 +244,8 @@ def on_page_markdown(markdown: str, page, config, files) -> str:
                 f"{_error_text(r)}{where}. [Ledger entry]({link})</p>")
 
     return BADGE.sub(badge, markdown)
+
+
+if __name__ == "__main__":
+    # ``python hooks/ledger.py OUT``: what on_config starts; writes the JSON to OUT.
+    pathlib.Path(sys.argv[1]).write_text(json.dumps(_run_all()), encoding="utf-8")

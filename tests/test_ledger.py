@@ -100,3 +100,32 @@ def test_the_build_reuses_a_files_measurements_until_a_source_changes(tmp_path, 
                                                     ROOT_DOCS.parent / "README.md"])
     hook._measure_file(identities, path, keys, "torch y")  # another set of sources: again
     assert sorted(calls) == keys
+
+
+def test_the_build_measures_in_its_own_process_and_fails_with_its_output(tmp_path, monkeypatch):
+    """The measurements run in a child process (torch.compile parses source with
+    ``ast``, which CPython 3.11 cannot do in two threads at once); when the
+    child fails, the build fails with the end of what it printed."""
+    import subprocess
+    import sys
+
+    from mkdocs.exceptions import PluginError
+
+    hook = _ledger_hook()
+    log_path, out = tmp_path / "ledger.log", tmp_path / "ledger.json"
+    with log_path.open("wb") as log_file:
+        child = subprocess.Popen([sys.executable, "-c", "import sys; print('planted failure'); sys.exit(3)"],
+                                 stdout=log_file, stderr=subprocess.STDOUT)
+    hook._state.update(child=child, out=str(out), log=str(log_path))
+    with pytest.raises(PluginError, match=r"(?s)could not be measured \(exit 3\).*planted failure"):
+        hook._ledger()
+    # A child that succeeds hands over the registry and the results as JSON.
+    result = {"registry": {"k": {"claim": "a = b", "page": "p.md", "tol": 1e-6, "test": "t.py::f"}},
+              "results": {"k": {"error": 1e-3, "dtype": "float64", "device": "cpu", "torch": "x",
+                                "why_not": ""}}, "reused": 1}
+    out.write_text(__import__("json").dumps(result))
+    hook._state.clear()
+    hook._state.update(child=subprocess.Popen([sys.executable, "-c", "pass"]), out=str(out), log=str(log_path))
+    with pytest.raises(PluginError, match=r"identities that do not hold: k: error 0\.001 > 1e-06"):
+        hook._ledger()
+    assert not out.exists() and not log_path.exists()
