@@ -18,6 +18,10 @@ import page_shape  # noqa: E402
 def main() -> None:
     if len(sys.argv) > 1:  # one area: python bench/page_shape.py modern
         area = sys.argv[1]
+        if not (page_shape.SNIPPETS / area).is_dir():
+            areas = sorted(p.name for p in page_shape.SNIPPETS.iterdir() if p.is_dir())
+            sys.exit(f"usage: python bench/page_shape.py [AREA]; AREA is one of {', '.join(areas)}, "
+                     f"got {area!r}")
         checks, code = page_shape.checks_share(sorted((page_shape.SNIPPETS / area).rglob("*.py")))
         opened = [inc for inc in page_shape.open_includes() if inc.page.parent.name == area]
         print(f"{area}: checks {checks} of {code} code lines ({checks / code:.1%}); "
