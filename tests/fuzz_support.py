@@ -194,6 +194,7 @@ FUZZ: dict[str, Callable[[SimpleNamespace], list[Call]]] = {}
 
 
 OWNER: dict[str, str] = {}  # key -> the test module that registered it
+SWEPT: set[str] = set()  # the keys some fuzz_tests(...) call parametrises
 
 
 def fuzz(*keys: str):
@@ -310,6 +311,7 @@ def fuzz_tests(*prefixes: str):
     """The three fuzz tests, parametrised over the entries whose key starts with a prefix."""
     caller = sys._getframe(1).f_globals["__name__"]  # only the entries the calling file registered
     keys = sorted(k for k in FUZZ if k.startswith(prefixes) and OWNER[k] == caller)
+    SWEPT.update(keys)
 
     @pytest.mark.parametrize("key", keys)
     def test_valid_calls_run(key):

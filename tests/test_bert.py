@@ -392,9 +392,12 @@ def test_corpus_masking_loading_and_training_errors():
         (lambda: mask_tokens(ids, 30, generator=0), TypeError, r"rand\(\) .* got .*generator=int"),
         (lambda: counting_corpus(0, 4, 8, (1,)), ValueError, r"n_sequences must be an int >= 1, got \{'n_sequences': 0\}"),
         (lambda: counting_corpus(2, 4, 8, ()), ValueError, r"steps must be a non-empty tuple of ints, got \(\)"),
-        (lambda: train_tiny_bert(make_block, count_steps=[2.5]), ValueError, r"count_steps must be a non-empty tuple of ints, got \[2.5\]"),
+        # train_tiny_bert leaves these to the first batch's checks (corpus, model)
+        (lambda: train_tiny_bert(make_block, count_steps=[2.5]), ValueError, r"steps must be a non-empty tuple of ints, got \[2.5\]"),
         (lambda: train_tiny_bert(make_block, config=CONFIG, length=11), ValueError,
-         r"length, n_tokens must fit config, got 11, 16"),
+         r"input_ids must have N <= max_len=12, got 13"),
+        (lambda: train_tiny_bert(make_block, config=CONFIG, n_tokens=30), ValueError,
+         r"input_ids must lie in \[0, 30\), got \[30, 31, 32, 33\]"),
     ]
     for make, error, match in cases:
         with pytest.raises(error, match=match):

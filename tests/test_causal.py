@@ -221,15 +221,15 @@ def test_errors():
     with pytest.raises(ValueError, match=r"x must be \(B, L, 8\) with B = .*; got \(\(1, 6, 8\), torch.int64"):
         m(torch.ones(1, 6, 8, dtype=torch.long))
     x = _x()
-    with pytest.raises(ValueError, match=r"key_mask must be bool \(True = real key\) of shape \(B, M\) = .* got \(\(2, 6\), torch.float32"):
+    with pytest.raises(ValueError, match=r"key_mask \(True = real\) must be None or \(\(\d, \d\), torch.bool, .* got \(\(2, 6\), torch.float32"):
         m(x, key_mask=torch.ones(2, 6))
-    with pytest.raises(ValueError, match=r"key_mask must be bool \(True = real key\) of shape \(B, M\) = .* got \(\(2, 6\), torch.int64"):
+    with pytest.raises(ValueError, match=r"key_mask \(True = real\) must be None or \(\(\d, \d\), torch.bool, .* got \(\(2, 6\), torch.int64"):
         m(x, key_mask=torch.ones(2, 6, dtype=torch.long))
-    with pytest.raises(ValueError, match=r"key_mask must be bool \(True = real key\) of shape \(B, M\) = .* got \(\(2, 5\), torch.bool"):
+    with pytest.raises(ValueError, match=r"key_mask \(True = real\) must be None or \(\(\d, \d\), torch.bool, .* got \(\(2, 5\), torch.bool"):
         m(x, key_mask=torch.ones(2, 5, dtype=torch.bool))
-    with pytest.raises(ValueError, match=r"key_mask must be bool \(True = real key\) of shape \(B, M\) = .* got \(\(6,\), torch.bool"):
+    with pytest.raises(ValueError, match=r"key_mask \(True = real\) must be None or \(\(\d, \d\), torch.bool, .* got \(\(6,\), torch.bool"):
         m(x, key_mask=torch.ones(6, dtype=torch.bool))
-    with pytest.raises(ValueError, match=r"key_mask must be bool \(True = real key\) of shape \(B, M\) = .* got \[True\]"):
+    with pytest.raises(ValueError, match=r"key_mask \(True = real\) must be None or \(\(\d, \d\), torch.bool, .* got \[True\]"):
         m(x, key_mask=[True])
 
 
@@ -263,7 +263,7 @@ def test_errors_for_module_dtype_and_devices():
         m(x.double())
     with pytest.raises(ValueError, match=r"x must be \(B, L, 8\) with B = .*; got .*meta"):
         m(x.to("meta"))
-    with pytest.raises(ValueError, match=r"key_mask must be bool \(True = real key\) of shape \(B, M\) = .* got .*meta"):
+    with pytest.raises(ValueError, match=r"key_mask \(True = real\) must be None or \(\(\d, \d\), torch.bool, .* got .*meta"):
         m(x, key_mask=torch.ones(2, 6, dtype=torch.bool, device="meta"))
     with pytest.raises(ValueError, match=r"dropout must be a float in \[0, 1\), got '0.1'"):
         CausalSelfAttention(8, dropout="0.1")

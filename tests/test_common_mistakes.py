@@ -169,7 +169,7 @@ def test_is_causal_with_fewer_queries_than_keys():
 
 def test_cached_decode_rejects_more_queries_than_keys():
     q = torch.randn(1, 1, 3, 4)
-    with pytest.raises(ValueError, match=r"\(N <= M for a cached decode\), got \[\(\(1, 1, 3, 4\), .*\(\(1, 1, 2, 4\), .*\(\(1, 1, 2, 4\), .*NoneType"):
+    with pytest.raises(ValueError, match=r"\(N <= M to decode\), got \[\(\(1, 1, 3, 4\), .*\(\(1, 1, 2, 4\), .*\(\(1, 1, 2, 4\), .*NoneType"):
         cm.cached_decode(q, q[..., :2, :], q[..., :2, :])
 
 
@@ -278,7 +278,7 @@ def test_right_masking_holds_at_huge_scores():
 
 def test_allowed_must_be_bool():
     scores = torch.zeros(3, 4)
-    with pytest.raises(ValueError, match=r"allowed a bool mask on its device .* got \[.*, \(\(3, 4\), torch.float32"):
+    with pytest.raises(ValueError, match=r"allowed bool broadcasting to it on its device, got \[.*, \(\(3, 4\), torch.float32"):
         cm.masked_weights(scores, ALLOWED.float())
     with pytest.raises(ValueError, match=r"q, k, v, allowed must fit .* <class 'list'>\]"):
         cm.masked_attention(scores, scores, scores, [[True]])
@@ -344,12 +344,12 @@ def test_score_functions_check_q_and_k(fn):
 def test_projection_functions_check_x_and_weights(fn):
     x, w = torch.randn(2, 5, 4), torch.randn(4, 4)
     cases = [
-        ((x.long(), w, w, w), ValueError, r"x must be floating, x \(B, N, D\) .* got \(\(2, 5, 4\), torch.int64"),
-        ((x[0], w, w, w), ValueError, r"x must be floating, .* got \(\(5, 4\), torch.float32"),
+        ((x.long(), w, w, w), ValueError, r"x must be floating, x \(B, N, D\) .* got \[\(\(2, 5, 4\), torch.int64"),
+        ((x[0], w, w, w), ValueError, r"x must be floating, .* got \[\(\(5, 4\), torch.float32"),
         ((x, w, w.double(), w), ValueError, r"w_k must be floating, x \(B, N, D\) and each w \(D, D\) of x's "
-                                            r"dtype and device, got \(\(4, 4\), torch.float64"),
-        ((x, w, w, "w"), ValueError, r"w_v must be floating, .* got <class 'str'>"),
-        ((x, w[:3], w, w), ValueError, r"w_q must be floating, .* got \(\(3, 4\), torch.float32"),
+                                            r"dtype and device, got \[\(\(4, 4\), torch.float64"),
+        ((x, w, w, "w"), ValueError, r"w_v must be floating, .* got \[<class 'str'>\]"),
+        ((x, w[:3], w, w), ValueError, r"w_q must be floating, .* got \[\(\(3, 4\), torch.float32"),
     ]
     for args, error, match in cases:
         with pytest.raises(error, match=match):
@@ -371,13 +371,13 @@ def test_masked_attention_checks_qkv_and_allowed(fn):
 @pytest.mark.parametrize("fn", [cm.masked_weights_wrong, cm.masked_weights, cm.masked_weights_finfo_min])
 def test_masked_weights_check_scores_and_allowed(fn):
     scores, allowed = torch.randn(3, 4), torch.ones(3, 4, dtype=torch.bool)
-    with pytest.raises(ValueError, match=r"scores must be floating \(\.\.\., M\) .* got \[\(\(3, 4\), torch.int64"):
+    with pytest.raises(ValueError, match=r"scores must be floating \(\.\.\., M\), .* got \[\(\(3, 4\), torch.int64"):
         fn(scores.long(), allowed)
-    with pytest.raises(ValueError, match=r"scores must be floating \(\.\.\., M\) .* got \[\(\(\), torch.float32"):
+    with pytest.raises(ValueError, match=r"scores must be floating \(\.\.\., M\), .* got \[\(\(\), torch.float32"):
         fn(scores[0, 0], allowed[0, 0])
-    with pytest.raises(ValueError, match=r"allowed a bool mask .* got \[.*, \(\(3, 4\), torch.float32"):
+    with pytest.raises(ValueError, match=r"allowed bool broadcasting .* got \[.*, \(\(3, 4\), torch.float32"):
         fn(scores, allowed.float())
-    with pytest.raises(ValueError, match=r"allowed a bool mask .* broadcasts to it, got \[.*, \(\(2, 3, 4\), torch.bool"):
+    with pytest.raises(ValueError, match=r"allowed bool broadcasting to it on its device, got \[.*, \(\(2, 3, 4\), torch.bool"):
         fn(scores, allowed.expand(2, 3, 4))
 
 
@@ -388,7 +388,7 @@ def test_cached_decode_checks_qkv(fn):
         fn(q, torch.randn(1, 3, 5, 4), torch.randn(1, 3, 5, 4))
     with pytest.raises(ValueError, match=r"floating alike, .* got \[.*, \(\(1, 2, 5, 4\), torch.int64"):
         fn(q, k, k.long())
-    with pytest.raises(ValueError, match=r"\(N <= M for a cached decode\), got \[\(\(1, 2, 5, 4\), .*\(\(1, 2, 1, 4\)"):
+    with pytest.raises(ValueError, match=r"\(N <= M to decode\), got \[\(\(1, 2, 5, 4\), .*\(\(1, 2, 1, 4\)"):
         fn(k, q, q)
 
 

@@ -309,7 +309,7 @@ def test_bad_input_is_named():
         v4_attention(q, kv, entries[:, :, :3], **kw)
     with pytest.raises(ValueError, match="sink must be a floating"):
         v4_attention(q, kv, entries, sink=sink[:2], **kw)
-    with pytest.raises(TypeError, match=r"selected must be None or a bool \(2, 8, 4\) tensor"):
+    with pytest.raises(TypeError, match=r"selected must be None or \(torch.bool, \(2, 8, 4\), device"):
         v4_attention(q, kv, entries, selected=torch.ones(2, 8, 4), **kw)
     with pytest.raises(ValueError, match="window must be an int >= 0, got -1"):
         v4_attention(q, kv, entries, compress_rate=2, window=-1)
@@ -330,7 +330,7 @@ def test_bad_input_is_named():
                        compress_rate=2, top_k=0)
     with pytest.raises(ValueError, match="context must be an int >= 1, got 0"):
         v4_cost(0, entry_bytes=1024, compress_rate=4)
-    with pytest.raises(TypeError, match=r"selected must be None or a bool \(2, 8, 4\) tensor"):
+    with pytest.raises(TypeError, match=r"selected must be None or \(torch.bool, \(2, 8, 4\), device"):
         v4_attention(q, kv, entries, selected=[[True]], **kw)
     with pytest.raises(ValueError, match="index_bytes must be an int >= 0, got -1"):
         v4_cost(8, entry_bytes=1024, compress_rate=4, top_k=2, index_bytes=-1)

@@ -190,13 +190,13 @@ def test_errors():
         m(x, [[0.0]])
     with pytest.raises(ValueError, match=r"context must be \(B, L, 5\) with B = .*; got .*torch.float64"):
         m(x, context.double())
-    with pytest.raises(ValueError, match=r"key_mask must be bool \(True = real key\) of shape \(B, M\) = .* got \(\(2, 4\), torch.float32"):
+    with pytest.raises(ValueError, match=r"key_mask \(True = real\) must be None or \(\(\d, \d\), torch.bool, .* got \(\(2, 4\), torch.float32"):
         m(x, context, key_mask=torch.ones(2, 4))
-    with pytest.raises(ValueError, match=r"key_mask must be bool \(True = real key\) of shape \(B, M\) = .* got \(\(2, 4\), torch.int32"):
+    with pytest.raises(ValueError, match=r"key_mask \(True = real\) must be None or \(\(\d, \d\), torch.bool, .* got \(\(2, 4\), torch.int32"):
         m(x, context, key_mask=torch.ones(2, 4, dtype=torch.int32))
-    with pytest.raises(ValueError, match=r"key_mask must be bool \(True = real key\) of shape \(B, M\) = .* got \(\(2, 3\), torch.bool"):
+    with pytest.raises(ValueError, match=r"key_mask \(True = real\) must be None or \(\(\d, \d\), torch.bool, .* got \(\(2, 3\), torch.bool"):
         m(x, context, key_mask=torch.ones(2, 3, dtype=torch.bool))
-    with pytest.raises(ValueError, match=r"key_mask must be bool \(True = real key\) of shape \(B, M\) = .* got \(\(4,\), torch.bool"):
+    with pytest.raises(ValueError, match=r"key_mask \(True = real\) must be None or \(\(\d, \d\), torch.bool, .* got \(\(4,\), torch.bool"):
         m(x, context, key_mask=torch.ones(4, dtype=torch.bool))
 
 
@@ -244,9 +244,9 @@ def test_errors_for_module_dtype_and_devices():
         m(x.to("meta"), context.to("meta"))
     with pytest.raises(ValueError, match=r"context must be \(B, L, 5\) with B = .*; got .*meta"):
         m(x, context.to("meta"))
-    with pytest.raises(ValueError, match=r"key_mask must be bool \(True = real key\) of shape \(B, M\) = .* got .*meta"):
+    with pytest.raises(ValueError, match=r"key_mask \(True = real\) must be None or \(\(\d, \d\), torch.bool, .* got .*meta"):
         m(x, context, key_mask=torch.ones(2, 4, dtype=torch.bool, device="meta"))
-    with pytest.raises(ValueError, match=r"key_mask must be bool \(True = real key\) of shape \(B, M\) = .* got \[True\]"):
+    with pytest.raises(ValueError, match=r"key_mask \(True = real\) must be None or \(\(\d, \d\), torch.bool, .* got \[True\]"):
         m(x, context, key_mask=[True])
     with pytest.raises(ValueError, match=r"dropout must be a float in \[0, 1\), got None"):
         CrossAttention(8, dropout=None)

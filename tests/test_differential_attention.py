@@ -78,5 +78,5 @@ def test_named_errors():
     with pytest.raises(ValueError, match=r"x must be \(B, N, D\) with D = 16"):
         DA.DifferentialAttention(16, 2)(torch.randn(1, 3, 8))
     q1, k1, q2, k2, v = _heads()
-    with pytest.raises(ValueError, match=r"k1 must be a float \(B, H, N, d\) tensor like q1 .*got \(\(2, 2, 3, 4\)"):
+    with pytest.raises(ValueError, match=r"k1 must be a float \(B, H, N, d\) tensor like q1 .*got torch.float64 \(2, 2, 3, 4\)"):
         DA.differential_attention(q1, k1[..., :3, :], q2, k2, v, 0.5)

@@ -22,6 +22,10 @@ from snippets.attention import multi_head as mha_mod
 # ----------------------------------------------------------------------------
 
 
+# A width of 2.5 is refused by nn.Linear itself (a TypeError naming no argument).
+SIZE = Bad(0, -1)
+
+
 def _mha(d_model, h):
     return mha_mod.MultiHeadAttention(d_model, h)
 
@@ -32,7 +36,8 @@ def _(s):
     mha = nn.MultiheadAttention(d_model, s.h, batch_first=True)
     module = block_mod.TorchAttention(mha)
     return [
-        Call(block_mod.TorchAttention, {"mha": mha}, {"mha": NOT_A_MODULE}, "init"),
+        # not an nn.MultiheadAttention: torch's AttributeError (no batch_first) is clear
+        Call(block_mod.TorchAttention, {"mha": mha}, {"mha": Bad()}, "init"),
         Call(lambda x, **kw: module(x, **kw),
              {"x": r(s.b, s.n, d_model), "attn_mask": ones(s.n, s.n), "key_mask": ones(s.b, s.n)},
              {"x": T(rank=3, tied=(0, 1, -1), names=("attn_mask", "key_mask")),
@@ -46,7 +51,7 @@ def _(s):
     init = {"attention": _mha(d_model, s.h), "d_model": d_model, "d_ff": 2 * d_model, "dropout": 0.1}
     calls = _module_calls(
         block_mod.TransformerBlock, init,
-        {"attention": Bad(), "d_model": POS_INT, "d_ff": POS_INT, "dropout": PROB,
+        {"attention": Bad(), "d_model": SIZE, "d_ff": SIZE, "dropout": PROB,
          "activation": Bad("tanh", 3, None), "layer_norm_eps": Bad(0.0, -1e-5, "1e-5", None)},
         lambda mod, **kw: mod(kw.pop("x"), **kw),
         {"x": r(s.b, s.n, d_model), "key_mask": ones(s.b, s.n)},
@@ -100,7 +105,7 @@ def _(s):
             "d_model": d_model, "d_ff": 2 * d_model}
     calls = _module_calls(
         ed_mod.DecoderBlock, init,
-        {"self_attention": Bad(), "cross_attention": Bad(), "d_model": POS_INT, "d_ff": POS_INT,
+        {"self_attention": Bad(), "cross_attention": Bad(), "d_model": SIZE, "d_ff": SIZE,
          "dropout": PROB, "activation": Bad("tanh", 3), "layer_norm_eps": Bad(0.0, "1e-5", None)},
         lambda mod, **kw: mod(kw.pop("tgt"), kw.pop("memory"), **kw),
         _decoder_inputs(s, d_model), DECODER_MASKS,
@@ -146,7 +151,7 @@ def _(s):
     calls.append(Call(ed_mod.EncoderDecoder.from_torch,
                       {"transformer": transformer, "attention": mha_mod.MultiHeadAttention.from_torch,
                        "encoder_layer": block_mod.TransformerBlock.from_torch},
-                      {"transformer": NOT_A_MODULE, "attention": Bad(), "encoder_layer": Bad()},
+                      {"transformer": Bad(), "attention": Bad(), "encoder_layer": Bad()},
                       "from_torch"))
     return calls
 

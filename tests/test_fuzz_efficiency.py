@@ -280,7 +280,8 @@ def _(s):
     cache, seqs = _paged(s)
     return [Call(paged_mod.paged_decode, {"q": r(s.b, 2 * s.h, 1, s.d), "cache": cache, "seqs": seqs},
                  {"q": T(rank=4, tied=(0, 1, 3), names=("seqs", "cache")), "cache": Bad(),  # a PagedKVCache
-                  "seqs": Bad(3, None, [7] * s.b, ["0"] * s.b, (0,) * (s.b + 1))})]
+                  # a dead id: gather's check names seq
+                  "seqs": Bad(3, None, [7] * s.b, ["0"] * s.b, (0,) * (s.b + 1), names=("seq",))})]
 
 
 @fuzz("efficiency.paged_kv_cache.ragged_causal_mask")

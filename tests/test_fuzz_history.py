@@ -227,8 +227,10 @@ def _(s):
     return [Call(bert_mod.train_tiny_bert,
                  {"make_block": _bert_block, "config": config, "length": 2, "n_tokens": 4, "steps": 1,
                   "finetune_steps": 1, "batch_size": 2},
-                 {"length": Bad(0, 2.5, 3), "n_tokens": Bad(0, 9),
-                  "count_steps": Bad((), 3, (2.5,)), "steps": NONNEG_INT, "finetune_steps": NONNEG_INT,
+                 # the first batch's checks name what they read: input_ids, steps
+                 {"length": Bad(0, 2.5, 3, names=("input_ids",)),
+                  "n_tokens": Bad(0, 9, names=("input_ids",)),
+                  "count_steps": Bad((), 3, (2.5,), names=("steps",)), "steps": NONNEG_INT, "finetune_steps": NONNEG_INT,
                   "batch_size": POS_INT, "lr": POS_FLOAT, "seed": Bad(2.5, "0", None)})]
 
 

@@ -220,7 +220,8 @@ def _(s):
 @fuzz("linear.hybrids.cache_bytes")
 def _(s):
     return [Call(hybrid_mod.cache_bytes, {"config": _hybrid_config(), "context": 1024, "batch": 2},
-                 {"config": Bad(), "context": NONNEG_INT, "batch": NONNEG_INT,  # a HybridConfig
+                 # config: a HybridConfig; context, batch: a float only scales the bytes
+                 {"config": Bad(), "context": Bad(-1, float("inf")), "batch": Bad(-1, float("nan")),
                   "kv_bytes": Bad(-2, "2", None, float("nan"), float("inf"), True),
                   "state_bytes": Bad(-0.5, "4", None, True)})]
 

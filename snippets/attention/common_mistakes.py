@@ -54,9 +54,10 @@ __all__ = [
 
 
 # --8<-- [start:validate]
-def _mistake_got(t: object) -> object:
-    """What a message says it got: a tensor's shape, dtype and device, else its type."""
-    return (tuple(t.shape), t.dtype, t.device) if torch.is_tensor(t) else type(t)
+def _mistake_got(*ts: object) -> list:
+    """What a message says it got: each tensor's shape, dtype, device, or its type."""
+    return [(tuple(t.shape), t.dtype, t.device) if torch.is_tensor(t) else type(t)
+            for t in ts]
 
 
 def _check_attn(q, k, v=None, allowed=None, decode: bool = False) -> None:
@@ -76,10 +77,9 @@ def _check_attn(q, k, v=None, allowed=None, decode: bool = False) -> None:
     except (AttributeError, IndexError, RuntimeError):  # not tensors, or under 2-D
         fits = False
     if not fits:
-        raise ValueError(f"q, k, v, allowed must fit (..., N, d), (..., M, d), "
-                         f"(..., M, d_v) floating alike, (..., N, M) bool, on q's "
-                         f"device (N <= M for a cached decode), got "
-                         f"{[_mistake_got(t) for t in (q, k, v, allowed)]}")
+        raise ValueError(f"q, k, v, allowed must fit (..., N, d), (..., M, d), (..., "
+                         f"M, d_v) floating alike, (..., N, M) bool, on q's device "
+                         f"(N <= M to decode), got {_mistake_got(q, k, v, allowed)}")
 
 
 def _check_scores_allowed(scores: torch.Tensor, allowed: torch.Tensor) -> None:
@@ -89,9 +89,8 @@ def _check_scores_allowed(scores: torch.Tensor, allowed: torch.Tensor) -> None:
     ok = ok and allowed.device == scores.device and allowed.dim() <= scores.dim()
     pairs = zip(allowed.shape[::-1], scores.shape[::-1]) if ok else ()  # broadcasts
     if not (ok and all(a in (1, s) for a, s in pairs)):
-        raise ValueError(f"scores must be floating (..., M) and allowed a bool mask on "
-                         f"its device that broadcasts to it, got "
-                         f"{[_mistake_got(t) for t in (scores, allowed)]}")
+        raise ValueError(f"scores must be floating (..., M), allowed bool broadcasting "
+                         f"to it on its device, got {_mistake_got(scores, allowed)}")
 
 
 def _check_projections(x: torch.Tensor, *weights: torch.Tensor) -> None:
@@ -108,11 +107,11 @@ def _check_mha_call(mha, x: torch.Tensor, allowed: torch.Tensor | None = None) -
     """Refuse x unless (B, N, D) like mha's weights, allowed unless None or an (N, N)
     bool mask on x's device."""
     w = mha.out_proj.weight
-    got = [_mistake_got(t) if torch.is_tensor(t) else t for t in (x, allowed)]
+    got = _mistake_got(x, allowed)
     ok = torch.is_tensor(x) and (x.dtype, x.device, x.dim()) == (w.dtype, w.device, 3)
     ok = ok and x.shape[-1] == mha.embed_dim
     n = (x.shape[1] if mha.batch_first else x.shape[0]) if ok else -1  # what mha reads
-    if not (ok and got[1] in (None, ((n, n), torch.bool, x.device))):
+    if not (ok and (allowed is None or got[1] == ((n, n), torch.bool, x.device))):
         raise ValueError(f"x must be (B, N, {mha.embed_dim}) of mha's {w.dtype} on "
                          f"{w.device}, allowed None or (N, N) bool there; got {got}")
 

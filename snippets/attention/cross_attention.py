@@ -190,9 +190,8 @@ def _check_seq(x, name: str, width: int, weight: torch.Tensor, batch=None) -> No
 
 def _check_keys(key_mask, batch: int, n_keys: int, device: torch.device) -> None:
     """Refuse a key_mask unless it is None or a (B, M) bool tensor on device."""
-    got = (tuple(key_mask.shape), key_mask.dtype, key_mask.device) if torch.is_tensor(
-        key_mask) else key_mask
-    if got is not None and got != ((batch, n_keys), torch.bool, device):
-        raise ValueError(f"key_mask must be bool (True = real key) of shape (B, M) = "
-                         f"{(batch, n_keys)} on {device}, got {got}")
+    want, m = ((batch, n_keys), torch.bool, device), key_mask
+    got = (tuple(m.shape), m.dtype, m.device) if torch.is_tensor(m) else m
+    if got not in (None, want):
+        raise ValueError(f"key_mask (True = real) must be None or {want}, got {got}")
 # --8<-- [end:checks]

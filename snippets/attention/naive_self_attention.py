@@ -61,8 +61,7 @@ def _check_naive_input(x: torch.Tensor) -> None:
     """Refuse x unless it is a floating (B, N, D) tensor."""
     if not (torch.is_tensor(x) and x.is_floating_point() and x.dim() == 3):
         got = (tuple(x.shape), x.dtype) if torch.is_tensor(x) else type(x)
-        raise TypeError(f"x must be a floating (B, N, D) tensor, batch first, "
-                        f"got {got}")
+        raise TypeError(f"x must be a float (B, N, D) tensor, batch first, got {got}")
 # --8<-- [end:forward]
 
 

@@ -101,8 +101,7 @@ class SelfAttention(nn.Module):
 
     def _check_forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None) -> None:
         _check_seq(x, "x", self.d_model, self.q_proj.weight)
-        b, n, _ = x.shape
-        _check_mask_shape(attn_mask, "attn_mask", (b, n, n), x.dtype, x.device)
+        _check_mask_shape(attn_mask, (*x.shape[:2], x.shape[1]), x.dtype, x.device)
 # --8<-- [end:init]
 
     # --8<-- [start:forward]
@@ -139,7 +138,7 @@ def _check_seq(x, name: str, width: int, weight: torch.Tensor, batch=None) -> No
                          f"{weight.dtype}, on {weight.device}; got {got}")
 
 
-def _check_mask_shape(mask, name: str, shape: tuple, dtype, device) -> None:
+def _check_mask_shape(mask, shape: tuple, dtype, device) -> None:
     """Refuse a mask unless None, or bool (or ``dtype``) on device fitting ``shape``."""
     is_tensor = torch.is_tensor(mask)
     got = (tuple(mask.shape), mask.dtype, mask.device) if is_tensor else mask
@@ -148,6 +147,6 @@ def _check_mask_shape(mask, name: str, shape: tuple, dtype, device) -> None:
     fits = fits and len(got[0]) <= len(shape) and all(
         a in (1, s) for a, s in zip(got[0][::-1], shape[::-1]))
     if not (fits or mask is None):
-        raise ValueError(f"{name} must be bool (True = may attend) or {dtype}, on "
+        raise ValueError(f"attn_mask must be bool (True = may attend) or {dtype}, on "
                          f"{device}, broadcasting to {shape}; got {got}")
 # --8<-- [end:checks]

@@ -197,8 +197,7 @@ def _check_shard_list(shards: object, layout: str, dim: object) -> None:
             torch.is_tensor(t) and t.shape == shards[0].shape for t in shards)):
         got = shards if not isinstance(shards, (list, tuple)) else [
             tuple(t.shape) if torch.is_tensor(t) else t for t in shards]
-        raise ValueError(f"shards must be a non-empty list of tensors of one shape, "
-                         f"one per rank, got {got}")
+        raise ValueError(f"shards must be P >= 1 tensors of one shape, got {got}")
     _check_dim(shards[0], dim)
     _check_layout(layout, 0, 1, shards[0].shape[dim], "the shards' length along dim")
 
@@ -232,8 +231,7 @@ def _check_shards(q, k, v, key_mask, layout, scale=None, world_size=1) -> None:
     want, m = f"{torch.bool} {(b, n)} on {q.device}", key_mask
     got = f"{m.dtype} {tuple(m.shape)} on {m.device}" if torch.is_tensor(m) else m
     if m is not None and got != want:
-        raise ValueError(f"key_mask must be None or a (B, n) tensor, {want}, "
-                         f"True = real key, got {got}")
+        raise ValueError(f"key_mask must be None or {want}, True = real key, got {got}")
     if scale is not None and not (math.isfinite(scale) and scale > 0):
         raise ValueError(f"scale must be None or a finite float > 0, got {scale!r}")
 # --8<-- [end:checks]
@@ -693,9 +691,8 @@ def ulysses_attention(
     _check_shards(q, k, v, key_mask, "contiguous", scale)
     h, h_kv = q.shape[1], k.shape[1]
     if h_kv % world_size or world_size > 1 and v.shape[-1] != q.shape[-1]:
-        raise ValueError(f"ulysses_attention needs n_kv_heads (and n_heads = {h}) a "
-                         f"multiple of world_size = {world_size} and v as wide as q "
-                         f"({q.shape[-1]}), got n_kv_heads = {h_kv}, v {v.shape[-1]}")
+        raise ValueError(f"n_kv_heads must be a multiple of world_size = {world_size} "
+                         f"and d_v = d = {q.shape[-1]}, got {h_kv} and {v.shape[-1]}")
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     if world_size == 1:
         return _local_attention(

@@ -156,8 +156,7 @@ def window_from_flash(window_size: tuple[int, int]) -> int:
     Returns:
         ``left + 1``, this site's (and Hugging Face's) window.
     """
-    if not (isinstance(window_size, tuple) and len(window_size) == 2
-            and window_size[1] == 0):
+    if not (isinstance(window_size, tuple) and window_size[1:] == (0,)):
         raise ValueError(f"window_size must be a causal (left, 0), got {window_size!r}")
     _check_conv_sizes(window_size=(window_size[0], 0))
     return window_size[0] + 1
@@ -273,11 +272,10 @@ def attention_with_sinks(
         ``(H,)`` -> ``(B, H, N, d_v)``.
     """
     _check_conv_shapes(q=(q, "BHNd"), k=(k, "BHMd"), v=(v, "BHMe"),
-                       sinks=(sinks, "H"))
+                       sinks=(sinks, "H"), attn_mask=(attn_mask, "mask"))
     _check_conv_positive(scale=scale)
     mask = torch.zeros((), dtype=q.dtype, device=q.device)
     if attn_mask is not None:
-        _check_conv_shapes(q=(q, "BHNd"), attn_mask=(attn_mask, "mask"))
         mask = torch.zeros(attn_mask.shape, dtype=q.dtype, device=q.device)
         mask = mask.masked_fill(~attn_mask, -math.inf)
     return sinked_attention(q, k, v, sinks, mask, q.shape[-1] ** -0.5 if scale is None
@@ -320,12 +318,12 @@ def _check_conv_positive(**values):
 
 def _check_conv_shapes(**named):
     """name=(tensor, letters): floating, of the first one's dtype and device, a dim per
-    letter, one size per letter across tensors ("mask": bool, any shape)."""
+    letter, one size per letter across tensors ("mask": bool, any shape, or None)."""
     sizes, like = {}, next(iter(named.values()))[0]
     for name, (t, dims) in named.items():
         mask = dims == "mask"  # broadcasts against the scores: no letters
         ok = torch.is_tensor(t) and (mask or t.is_floating_point())
-        fits = ok and t.device == like.device and t.dtype == (
+        fits = mask and t is None or ok and t.device == like.device and t.dtype == (
             torch.bool if mask else like.dtype)
         if not fits or not mask and (t.dim() != len(dims) or any(
                 sizes.setdefault(c, n) != n for c, n in zip(dims, t.shape))):

@@ -103,7 +103,7 @@ def packed_attention(
     Returns:
         ``(T, H, d_v)``.
     """
-    _check_packed(q, k, v, cu_seqlens, window, scale)
+    _check_packed(q, k, v, cu_seqlens, scale)  # window: checked where used
     allowed = document_mask(document_ids(cu_seqlens), causal=causal, window=window)
     return packed_kernel(q, k, v, allowed, scale)
 # --8<-- [end:face]
@@ -133,7 +133,7 @@ def per_document_attention(
     scale: float | None = None,
 ) -> torch.Tensor:
     """The reference: one SDPA call per document, concatenated, ``(T, H, d_v)``."""
-    _check_packed(q, k, v, cu_seqlens, None, scale)
+    _check_packed(q, k, v, cu_seqlens, scale)
     outs = []
     for start, end in zip(cu_seqlens[:-1].tolist(), cu_seqlens[1:].tolist()):
         # (L, H, d) -> (H, L, d): this document alone
@@ -182,7 +182,7 @@ def varlen_attention(
     Returns:
         ``(T, H, d)``.
     """
-    _check_packed(q, k, v, cu_seqlens, window, scale)
+    _check_packed(q, k, v, cu_seqlens, scale)  # window: checked where used
     if q.device.type == "cuda":
         try:
             from torch.nn.attention.varlen import varlen_attn
@@ -236,7 +236,7 @@ def _check_mask_args(doc: torch.Tensor, window: int | None) -> None:
     _check_window(window)
 
 
-def _check_packed(q, k, v, cu_seqlens, window, scale) -> None:
+def _check_packed(q, k, v, cu_seqlens, scale) -> None:
     for name, t, fixed in (("q", q, 3), ("k", k, 3), ("v", v, 2)):  # v may be wider
         ok = isinstance(t, torch.Tensor) and t.is_floating_point() and t.dim() == 3
         ok = ok and t.shape[:fixed] == q.shape[:fixed] and (t.dtype, t.device) == (
@@ -247,7 +247,6 @@ def _check_packed(q, k, v, cu_seqlens, window, scale) -> None:
     _check_cu_seqlens(cu_seqlens)
     ok = int(cu_seqlens[-1]) == q.shape[0]
     _check_given(ok, "cu_seqlens", f"end at T = {q.shape[0]}", cu_seqlens.tolist())
-    _check_window(window)
     ok = scale is None or (math.isfinite(scale) and scale > 0)
     _check_given(ok, "scale", "be None or a positive finite number", repr(scale))
 

@@ -377,12 +377,11 @@ def _check_page_kv(k: object, v: object, pool: torch.Tensor) -> None:
 
 
 def _check_paged_decode(q: object, cache: PagedKVCache, seqs: object) -> None:
-    """Refuse seqs that are not live, and q that is not one query per sequence."""
+    """Refuse q that is not one query per id in seqs (gather refuses a dead id)."""
     p = cache.k_pages  # (n_pages, H_kv, P, d)
     _check_eff_tensor("q", q, ("B", "H", 1, p.shape[3]), p.device, p.dtype)
     ok = isinstance(seqs, (list, tuple)) and len(seqs) == len(q)
-    ok = ok and all(s in cache.tables for s in seqs)
-    _check_given(ok, "seqs", f"be B = {len(q)} live ids {sorted(cache.tables)}", seqs)
+    _check_given(ok, "seqs", f"be a list of B = {len(q)} sequence ids", seqs)
     ok = q.shape[1] % p.shape[1] == 0
     _check_given(ok, "q", f"have a multiple of H_kv = {p.shape[1]} heads", q.shape[1])
 

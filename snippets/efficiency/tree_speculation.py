@@ -367,8 +367,6 @@ class MTPModule(nn.Module):
 
     def __init__(self, d_model: int, block: nn.Module, eps: float = 1e-6) -> None:
         super().__init__()
-        _check_given(isinstance(d_model, int) and d_model >= 1, "d_model",
-                     "be an int >= 1", repr(d_model))
         _check_given(isinstance(eps, (int, float)) and 0 < eps < float("inf"), "eps",
                      "be a number > 0", repr(eps))
         self.block, self.eps = block, eps

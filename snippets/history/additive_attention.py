@@ -263,9 +263,8 @@ class BahdanauSeq2Seq(nn.Module):
         use_attention: bool = True,
     ) -> None:
         super().__init__()
-        _check_positive_sizes(1, src_vocab=src_vocab, tgt_vocab=tgt_vocab,
-                              emb_dim=emb_dim, hidden_size=hidden_size,
-                              attn_dim=attn_dim)
+        # emb_dim, hidden_size and attn_dim: the encoder and the attention check them
+        _check_positive_sizes(1, src_vocab=src_vocab, tgt_vocab=tgt_vocab)
         n = hidden_size
         self.use_attention = use_attention
         self.encoder = BahdanauEncoder(src_vocab, emb_dim, n)

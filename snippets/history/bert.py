@@ -572,8 +572,7 @@ def counting_corpus(
         into ``steps``.
     """
     _check_positive_sizes(1, n_sequences=n_sequences, length=length, n_tokens=n_tokens)
-    _check_steps("steps", steps)
-    _check_special(special)
+    _check_steps("steps", steps)  # special was checked when it was made
     first = max(special.ids) + 1
     device = generator.device if generator is not None else None  # draw there
     b = n_sequences
@@ -633,11 +632,9 @@ def train_tiny_bert(
     """
     _check_positive_sizes(1, length=length, n_tokens=n_tokens, batch_size=batch_size)
     _check_positive_sizes(0, steps=steps, finetune_steps=finetune_steps, seed=seed)
-    _check_steps("count_steps", count_steps)
     _check_number("lr", lr, 0.0, low_ok=False)
-    room = None if config is None else config.vocab_size - 1 - max(config.special.ids)
-    if config is not None and (length + 2 > config.max_len or n_tokens > room):
-        raise ValueError(f"length, n_tokens must fit config, got {length}, {n_tokens}")
+    # count_steps, and a config too small for the corpus, fail the first batch's
+    # own checks (counting_corpus, mask_tokens, the model) before any step.
     torch.manual_seed(seed)
     g = torch.Generator().manual_seed(seed)
     n_special = len(SpecialTokens().ids)

@@ -334,9 +334,7 @@ def train_tiny_gpt(
         # warm-up stalls near chance for hundreds of steps.
         config = GPTConfig(n_digits + 1, d_model=64, n_layers=2, n_heads=4, d_ff=128,
                            max_len=2 * length + 1, dropout=0.0, norm_first=True)
-    fits = isinstance(config, GPTConfig) and config.vocab_size > n_digits
-    if not fits or config.max_len < 2 * length + 1:
-        raise ValueError(f"config must fit n_digits and length, got {config!r}")
+    # A config too small for the task fails the model's own input_ids check.
     torch.manual_seed(seed)
     g = torch.Generator().manual_seed(seed)
     model = GPT(config, make_block)

@@ -346,8 +346,7 @@ def _check_v4(q, kv, entries, selected, sink, m, window, scale):
     want, t = (torch.bool, (b, n, n // m), q.device), selected
     got = (t.dtype, tuple(t.shape), t.device) if torch.is_tensor(t) else t
     if t is not None and got != want:
-        raise TypeError(f"selected must be None or a bool {want[1]} tensor on q's "
-                        f"device, got {got}")
+        raise TypeError(f"selected must be None or {want}, got {got}")
 
 
 def _check_v4_counts(**named):

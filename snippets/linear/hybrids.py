@@ -153,7 +153,9 @@ def cache_bytes(
     Returns:
         ``{"kv": ..., "state": ..., "total": ...}`` in bytes.
     """
-    _check_cache_args(context, batch, kv_bytes, state_bytes)
+    # a count or a byte size: a float context only scales the bytes, as it should
+    _check_hybrid_numbers(0, (int, float), context=context, batch=batch,
+                          kv_bytes=kv_bytes, state_bytes=state_bytes)
     one = held_bytes(
         config.n_full,
         config.n_linear,
@@ -247,11 +249,6 @@ def _check_hybrid_config(config) -> None:
                          f"'full', got {types!r}")
     sizes = ("kv_per_token", "state_per_layer", "conv_per_layer")
     _check_hybrid_numbers(0, **{name: getattr(config, name) for name in sizes})
-
-
-def _check_cache_args(context, batch, kv_bytes, state_bytes) -> None:
-    _check_hybrid_numbers(0, context=context, batch=batch)
-    _check_hybrid_numbers(0, (int, float), kv_bytes=kv_bytes, state_bytes=state_bytes)
 
 
 def _check_hf(hf: object, keys: tuple[str, ...], where: str = "hf") -> None:

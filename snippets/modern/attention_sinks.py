@@ -65,11 +65,10 @@ def _check_float_tensor(name: str, t: object, shape, like=None, dtype=True) -> N
     shape = (None,) * (t.dim() - 1) + (shape,) if isinstance(shape, int) else shape
     like, kind = t if like is None else like, t.device.type
     cast = torch.amp.is_autocast_available(kind) and torch.is_autocast_enabled(kind)
+    dt = like.dtype if dtype and not cast else t.dtype  # the dtype t must have
     fits = t.dim() == len(shape) and all(s in (None, n) for s, n in zip(shape, t.shape))
-    same = t.device == like.device and (t.dtype == like.dtype or not dtype or cast)
-    if not fits or not same:
-        raise ValueError(f"{name} must be {shape} {dtype and like.dtype or 'float'} on "
-                         f"{like.device}, got {tuple(t.shape)} {t.dtype} on {t.device}")
+    if not fits or (t.device, t.dtype) != (like.device, dt):
+        raise ValueError(f"{name} must be {dt} {shape} on {like.device}, got {_got(t)}")
 
 
 def _check_bool_mask(name: str, mask: object, shape: tuple, device) -> None:
@@ -221,7 +220,6 @@ class LearnedSinks(nn.Module):
     def __init__(self, n_heads: int, init: float = 0.0) -> None:
         super().__init__()
         _check_num(n_heads=n_heads)
-        _check_num(-math.inf, init=init)
         self.sinks = nn.Parameter(torch.full((n_heads,), float(init)))
 
     # --8<-- [start:learned_sinks]
@@ -279,8 +277,7 @@ class SinkCache:
 
     def __init__(self, n_sink: int, window: int) -> None:
         if n_sink < 0 or window < 1:
-            raise ValueError(f"n_sink must be >= 0 and window >= 1, got {n_sink=}, "
-                             f"{window=}")
+            raise ValueError(f"need n_sink >= 0, window >= 1, got {n_sink=}, {window=}")
         self.n_sink, self.window = n_sink, window
         self.keys: torch.Tensor | None = None  # (B, H, L, d), not rotated
         self.values: torch.Tensor | None = None  # (B, H, L, d_v)

@@ -127,8 +127,7 @@ def model_cache_bytes(
     Returns:
         The size in bytes, an int.
     """
-    if not isinstance(layer_types, (list, tuple)) or not all(
-            kind in KINDS for kind in layer_types):
+    if not isinstance(layer_types, (list, tuple)) or not set(layer_types) <= set(KINDS):
         raise ValueError(f"layer_types must be a list of {KINDS}, got {layer_types!r}")
     _check_cache_ints(elements_per_token=(elements_per_token, 1), batch=(batch, 0),
                       bytes_per_element=(bytes_per_element, 1))

@@ -90,11 +90,10 @@ class DifferentialAttention(nn.Module):
 
     def _check_forward(self, x: torch.Tensor) -> None:
         w = self.q_proj.weight
-        got = (tuple(x.shape), x.dtype, x.device) if torch.is_tensor(x) else type(x)
         if not torch.is_tensor(x) or (x.dim(), x.shape[2:], x.dtype, x.device) != (
                 3, w.shape[1:], w.dtype, w.device):
             raise ValueError(f"x must be (B, N, D) with D = {w.shape[1]}, {w.dtype} on "
-                             f"{w.device}, got {got}")
+                             f"{w.device}, got {_got(x)}")
 # --8<-- [end:module]
 
     # --8<-- [start:forward]
@@ -115,13 +114,18 @@ class DifferentialAttention(nn.Module):
 
 
 # --8<-- [start:validate]
+def _got(t: object) -> str:
+    """What a message says it got: a tensor's dtype, shape and device, else t."""
+    is_tensor = torch.is_tensor(t)
+    return f"{t.dtype} {tuple(t.shape)} on {t.device}" if is_tensor else repr(t)
+
+
 def _check_kernel(q1, k1, q2, k2, v) -> None:
     """q1, k1, q2, k2 (B, H, N, d) and v (B, H, N, d_v): floating, on q1's device."""
     for name, t in {"q1": q1, "k1": k1, "q2": q2, "k2": k2, "v": v}.items():
         n = 3 if t is v else 4  # v's width is free
         if not (torch.is_tensor(t) and t.is_floating_point() and t.dim() == 4) \
                 or t.device != q1.device or t.shape[:n] != q1.shape[:n]:
-            got = (tuple(t.shape), t.dtype, t.device) if torch.is_tensor(t) else type(t)
             raise ValueError(f"{name} must be a float (B, H, N, d) tensor like q1 (v: "
-                             f"any d), got {got}")
+                             f"any d), got {_got(t)}")
 # --8<-- [end:validate]

@@ -60,11 +60,10 @@ def _check_float_tensor(name: str, t: object, shape, like=None, dtype=True) -> N
     shape = (None,) * (t.dim() - 1) + (shape,) if isinstance(shape, int) else shape
     like, kind = t if like is None else like, t.device.type
     cast = torch.amp.is_autocast_available(kind) and torch.is_autocast_enabled(kind)
+    dt = like.dtype if dtype and not cast else t.dtype  # the dtype t must have
     fits = t.dim() == len(shape) and all(s in (None, n) for s, n in zip(shape, t.shape))
-    same = t.device == like.device and (t.dtype == like.dtype or not dtype or cast)
-    if not fits or not same:
-        raise ValueError(f"{name} must be {shape} {dtype and like.dtype or 'float'} on "
-                         f"{like.device}, got {tuple(t.shape)} {t.dtype} on {t.device}")
+    if not fits or (t.device, t.dtype) != (like.device, dt):
+        raise ValueError(f"{name} must be {dt} {shape} on {like.device}, got {_got(t)}")
 # --8<-- [end:checks]
 
 

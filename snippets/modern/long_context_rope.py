@@ -92,12 +92,11 @@ def _check_rope_args(**values: object) -> None:
 def _check_rope_tensor(name: str, t: object, ranks: tuple, kind="real", device=None):
     """A tensor of a rank in ``ranks`` on ``device``, of a ``kind`` dtype.
 
-    kind: "real" (no bool, no complex), "floating" or "integer".
+    kind: "real" (any but bool), "floating" or "integer".
     """
-    real = torch.is_tensor(t) and t.dtype != torch.bool and not t.is_complex()
-    wrong = ("floating", "integer")[real and t.is_floating_point()]  # the excluded kind
-    ok = real and t.dim() in ranks and kind != wrong
-    if not ok or device not in (None, t.device):
+    ok = torch.is_tensor(t) and t.dtype != torch.bool and t.dim() in ranks
+    if not ok or kind == ("floating", "integer")[t.is_floating_point()] \
+            or device not in (None, t.device):
         got = f"{t.dtype} {tuple(t.shape)} on {t.device}" if torch.is_tensor(t) else t
         raise ValueError(f"{name} must be a tensor ({kind} dtype, rank in {ranks}) on "
                          f"{device or 'one device'}, got {got}")
@@ -409,11 +408,9 @@ def rope_inv_freq(
         number that multiplies cos and sin (1 except for YaRN).
     """
     if rope_type not in ROPE_TYPES:
-        raise ValueError(f"rope_type must be one of {list(ROPE_TYPES)}, "
-                         f"got {rope_type!r}")
-    d_rot = rotary_dims(d_head, partial_rotary_factor)  # L: checked as original_length
-    if attention_factor is not None:
-        _check_rope_args(attention_factor=attention_factor)
+        raise ValueError(f"rope_type must be one of {ROPE_TYPES}, got {rope_type!r}")
+    # L is checked as original_length, attention_factor by rotary_angles (its user)
+    d_rot = rotary_dims(d_head, partial_rotary_factor)
 
     if rope_type == "default":
         return rope_frequencies(d_rot, base), 1.0

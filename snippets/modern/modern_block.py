@@ -84,11 +84,10 @@ def _check_float_tensor(name: str, t: object, shape, like=None, dtype=True) -> N
     shape = (None,) * (t.dim() - 1) + (shape,) if isinstance(shape, int) else shape
     like, kind = t if like is None else like, t.device.type
     cast = torch.amp.is_autocast_available(kind) and torch.is_autocast_enabled(kind)
+    dt = like.dtype if dtype and not cast else t.dtype  # the dtype t must have
     fits = t.dim() == len(shape) and all(s in (None, n) for s, n in zip(shape, t.shape))
-    same = t.device == like.device and (t.dtype == like.dtype or not dtype or cast)
-    if not fits or not same:
-        raise ValueError(f"{name} must be {shape} {dtype and like.dtype or 'float'} on "
-                         f"{like.device}, got {tuple(t.shape)} {t.dtype} on {t.device}")
+    if not fits or (t.device, t.dtype) != (like.device, dt):
+        raise ValueError(f"{name} must be {dt} {shape} on {like.device}, got {_got(t)}")
 
 
 def _check_bool_mask(name: str, mask: object, shape: tuple, device) -> None:
@@ -287,10 +286,9 @@ def meta_to_half_split(weight: torch.Tensor, n_heads: int) -> torch.Tensor:
     """
     _check_num(n_heads=n_heads)
     _check_float_tensor("weight", weight, (None, None))
-    if weight.shape[0] % (2 * n_heads):
-        raise ValueError(f"weight must have H * d rows, d even, H = {n_heads}, got "
-                         f"{weight.shape[0]} rows")
     rows, cols = weight.shape
+    if rows % (2 * n_heads):  # H heads of d rows, d even
+        raise ValueError(f"weight rows must be a multiple of {2 * n_heads}, got {rows}")
     # (H*d, D) -> (H, d/2, 2, D) -> (H, 2, d/2, D) -> (H*d, D)
     pairs = weight.reshape(n_heads, rows // n_heads // 2, 2, cols)
     return pairs.transpose(1, 2).reshape(rows, cols)
@@ -388,8 +386,7 @@ class DecoderAttention(nn.Module):
         d_head = d_model // n_heads if d_head is None else d_head
         rotary_dim = d_head if rotary_dim is None else rotary_dim
         if rope_base is not None and (rotary_dim % 2 or not 2 <= rotary_dim <= d_head):
-            raise ValueError(f"rotary_dim must be even in [2, {d_head=}], got "
-                             f"{rotary_dim}")
+            raise ValueError(f"rotary_dim must be even, 2..{d_head}, got {rotary_dim}")
         self.d_model, self.n_heads = d_model, n_heads
         self.n_kv_heads, self.d_head = n_kv_heads, d_head
         self.qk_norm, self.rope_base, self.rotary_dim = qk_norm, rope_base, rotary_dim

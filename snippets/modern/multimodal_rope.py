@@ -245,16 +245,30 @@ def scalable_softmax(
 
 
 # --8<-- [start:checks]
+def _got(t: object) -> str:
+    """What a message says it got: a tensor's dtype, shape and device, else t."""
+    is_tensor = torch.is_tensor(t)
+    return f"{t.dtype} {tuple(t.shape)} on {t.device}" if is_tensor else repr(t)
+
+
+def _check_bool_mask(name: str, mask: object, shape: tuple, device) -> None:
+    """None, or a bool mask (True = may attend) on device that broadcasts to shape."""
+    if mask is not None and (getattr(mask, "dtype", None) != torch.bool
+                             or mask.dim() > len(shape) or mask.device != device or any(
+            a not in (1, b) for a, b in zip(mask.shape[::-1], shape[::-1]))):
+        raise ValueError(f"{name} must be bool and broadcast to {shape} on {device}, "
+                         f"got {_got(mask)}")
+
+
 def _check_mm_tensor(name, t, ranks, floating, device=None, lead=()):
     """An integer (or floating) tensor (*lead, ...) of a rank in ranks, on device."""
     ok = torch.is_tensor(t) and t.dtype != torch.bool and t.dim() in ranks \
         and t.is_floating_point() == floating and device in (None, t.device) \
         and tuple(t.shape[: len(lead)]) == tuple(lead)
     if not ok:
-        got = f"{t.dtype} {tuple(t.shape)} on {t.device}" if torch.is_tensor(t) else t
         kind = ("integer", "floating")[floating]
         raise ValueError(f"{name} must be an {kind} tensor of rank in {ranks}, leading "
-                         f"dims {tuple(lead)}, on one device, got {got}")
+                         f"dims {tuple(lead)}, on one device, got {_got(t)}")
 
 
 def _check_mm_number(name, value, low, closed=False, step=None):
@@ -311,12 +325,5 @@ def _check_ssmax(scores, s, attn_mask):
     """Floating scores (..., N, M); s > 0; a bool mask that broadcasts to them."""
     _check_mm_tensor("scores", scores, (2, 3, 4), True)
     _check_mm_number("s", s, 0.0)
-    m, shape = attn_mask, tuple(scores.shape)
-    fits = m is None or torch.is_tensor(m) and m.dtype == torch.bool and m.dim() <= len(
-        shape) and m.device == scores.device and all(
-        a in (1, b) for a, b in zip(m.shape[::-1], shape[::-1]))
-    if not fits:
-        got = f"{m.dtype} {tuple(m.shape)} on {m.device}" if torch.is_tensor(m) else m
-        raise ValueError(f"attn_mask must be a bool tensor on scores' device that "
-                         f"broadcasts to {shape}, got {got}")
+    _check_bool_mask("attn_mask", attn_mask, tuple(scores.shape), scores.device)
 # --8<-- [end:checks]

@@ -209,8 +209,7 @@ def delta_kernel(
         -> ``(H, c_q, c_k)``.
     """
     if not all(isinstance(n, int) and n >= 1 for n in (n_heads, c_q, c_k)):
-        raise ValueError(f"n_heads, c_q, c_k must be ints >= 1, got n_heads={n_heads}, "
-                         f"c_q={c_q}, c_k={c_k}")
+        raise ValueError(f"need ints >= 1, got {n_heads=}, {c_q=}, {c_k=}")
     kernel = torch.zeros(n_heads, c_q, c_k, dtype=dtype)
     kernel[:, -1, c_k // 2] = 1.0
     return kernel
@@ -304,6 +303,5 @@ def _check_tweak_gate(x, weight, top) -> None:
     _check_tweak_tensor("weight", weight, ("H", "c"), ("x", x))
     _check_tweak_number("top", top)
     if weight.shape[-1] > x.shape[-1]:
-        raise ValueError(f"weight must read c <= D = {x.shape[-1]} channels, got "
-                         f"c = {weight.shape[-1]}")
+        raise ValueError(f"weight must have c <= {x.shape[-1]}, got {weight.shape[-1]}")
 # --8<-- [end:validate]
