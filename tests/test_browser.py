@@ -118,20 +118,39 @@ class Guard:
         self.raw_bytes[response.url] = int(raw) if raw.isdigit() else 0
 
 
-def new_page(browser, *, scheme: str = "light", viewport=DESKTOP, allow_file: bool = False, **options):
+# Material's search worker and the index it fetches: the same two files on every page.
+SEARCH_FILES = ("/assets/javascripts/workers/search.", "/search/search_index.json")
+
+
+def is_search_file(url: str) -> bool:
+    return any(part in url for part in SEARCH_FILES)
+
+
+def new_page(browser, *, scheme: str = "light", viewport=DESKTOP, allow_file: bool = False,
+             search: bool = True, **options):
+    """A fresh context and page behind a Guard. ``search=False`` hands the page
+    a search worker that does nothing: building the index of every page costs
+    the worker seconds of CPU per visit, and it is the same work on every page."""
     context = browser.new_context(viewport=viewport, color_scheme=scheme, service_workers="block", **options)
     guard = Guard(context, allow_file=allow_file)
+    if not search:  # routes registered later are tried first
+        context.route("**/assets/javascripts/workers/search.*.js", lambda route: route.fulfill(
+            status=200, content_type="text/javascript", body="// search is left out of this visit\n"))
     page = context.new_page()
     guard.watch(page)
     return context, page, guard
 
 
-def open_page(page, url: str) -> None:
+def open_page(page, url: str, search: bool = True) -> None:
     """Load a page and wait for what arrives after ``load``: the search index
-    (fetched by Material's search worker), the sitemap (instant navigation
-    needs it) and the math fonts."""
+    (fetched by Material's search worker, unless the page's context left search
+    out), the sitemap (instant navigation needs it) and the math fonts."""
     with page.expect_response(lambda response: response.url.endswith("/sitemap.xml"), timeout=15_000):
-        with page.expect_response(lambda response: "/search/search_index.json" in response.url, timeout=15_000):
+        if search:
+            with page.expect_response(lambda response: "/search/search_index.json" in response.url,
+                                      timeout=15_000):
+                page.goto(url, wait_until="load")
+        else:
             page.goto(url, wait_until="load")
     page.evaluate("() => document.fonts.ready.then(() => true)")
 
@@ -228,6 +247,8 @@ class PageReport:
     audited: bool = False
     headings: dict = dataclasses.field(default_factory=dict)
     layout: dict = dataclasses.field(default_factory=dict)  # browser_support.LAYOUT_JS
+    searched: bool = True  # Material's search worker ran and fetched the index
+    search_bytes: tuple[int, int] = (0, 0)  # that worker and index, on the wire and raw
 
 
 # Audited in full, in both palettes. Elsewhere axe skips the tokens inside code
@@ -277,9 +298,10 @@ def _start_visit(browser, base_url: str, path: str, axe_source: str | None):
     """Load one page in a fresh context, take every measurement, then start
     axe-core in it and return without waiting: axe runs in that page's renderer
     while the next page loads."""
-    context, page, guard = new_page(browser)
+    search = axe_source is not None
+    context, page, guard = new_page(browser, search=search)
     try:
-        open_page(page, base_url + path)
+        open_page(page, base_url + path, search=search)
         lcp = page.evaluate(LCP_JS)
         math = page.evaluate(MATH_JS)
         images = page.evaluate(IMAGES_JS)
@@ -301,8 +323,8 @@ def _start_visit(browser, base_url: str, path: str, axe_source: str | None):
             off_host=list(guard.off_host),
             console=list(guard.console),
             failed=list(guard.failed),
-            transfer=sum(guard.bytes.values()),
-            raw_transfer=sum(guard.raw_bytes.values()),
+            transfer=sum(b for u, b in guard.bytes.items() if search or not is_search_file(u)),
+            raw_transfer=sum(b for u, b in guard.raw_bytes.items() if search or not is_search_file(u)),
             lcp_ms=lcp,
             lcp_tries=1,
             math=math,
@@ -310,6 +332,10 @@ def _start_visit(browser, base_url: str, path: str, axe_source: str | None):
             phone=phone,
         )
         report.headings = headings
+        report.searched = search
+        if search:
+            report.search_bytes = (sum(b for u, b in guard.bytes.items() if is_search_file(u)),
+                                   sum(b for u, b in guard.raw_bytes.items() if is_search_file(u)))
         if axe_source is not None:
             page.add_script_tag(content=axe_source)
             page.evaluate(AXE_START_JS, path in AXE_KEY_PAGES)
@@ -362,7 +388,10 @@ def _record(key: str, value) -> None:
 
 def visit_every_page(browser, base_url: str, pages: list[str]) -> dict[str, PageReport]:
     """Every page visited once (two at a time: one loading, one under axe);
-    the ``page_reports`` fixture of conftest.py, shared with the layout tests."""
+    the ``page_reports`` fixture of conftest.py, shared with the layout tests.
+    Material's search worker runs on the pages axe audits and is left out of
+    the others: it fetches the same index and builds the same search on every
+    page, which took about a quarter of each visit in a trial on eight pages."""
     axe_source = AXE.read_text(encoding="utf-8")
     start = time.perf_counter()
     reports: dict[str, PageReport] = {}
@@ -377,6 +406,15 @@ def visit_every_page(browser, base_url: str, pages: list[str]) -> dict[str, Page
         reports[current[0].path] = current[0]
     if pending:
         _finish_visit(*pending)
+    # Search runs on the audited pages only (one worker, one index, the same on
+    # every page); a page visited without it is charged the bytes they cost.
+    searched = [r.search_bytes for r in reports.values() if r.searched]
+    shared = max(searched, default=(0, 0))
+    assert not searched or shared[0] > 0, "the search worker and index transferred nothing"
+    for report in reports.values():
+        if not report.searched:
+            report.transfer += shared[0]
+            report.raw_transfer += shared[1]
     # A busy machine can delay one paint: a page over budget is measured twice
     # more, alone, and keeps its best time, so only a page slow every time fails.
     for report in reports.values():
@@ -398,6 +436,7 @@ def visit_every_page(browser, base_url: str, pages: list[str]) -> dict[str, Page
             impacts[v["impact"] or "none"] = impacts.get(v["impact"] or "none", 0) + v["nodes"]
     _record("pages", {
         "count": len(reports),
+        "with_search_worker": sum(r.searched for r in reports.values()),
         "visit_seconds": round(seconds, 1),
         "off_host_requests": sum(len(r.off_host) for r in reports.values()),
         "largest_transfer": {
@@ -425,7 +464,8 @@ def visit_every_page(browser, base_url: str, pages: list[str]) -> dict[str, Page
             for r in reports.values()
         },
     })
-    print(f"\nbrowser: {len(reports)} pages visited in {seconds:.1f} s")
+    print(f"\nbrowser: {len(reports)} pages visited in {seconds:.1f} s "
+          f"({sum(r.searched for r in reports.values())} with the search worker)")
     print(f"budget: requests leaving localhost: {sum(len(r.off_host) for r in reports.values())} (budget 0)")
     print(
         f"budget: largest first load: {heaviest.path} {heaviest.transfer / 1e6:.2f} MB gzip "
