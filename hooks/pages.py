@@ -27,6 +27,7 @@ from mkdocs.utils import get_relative_url
 if str(pathlib.Path(__file__).resolve().parent) not in sys.path:
     sys.path.append(str(pathlib.Path(__file__).resolve().parent))
 
+from field_guide_hooks import closure  # noqa: E402
 from field_guide_hooks.api_reference import INCLUDE  # noqa: E402  (the include lines)
 
 log = logging.getLogger("mkdocs.hooks.pages")
@@ -76,14 +77,7 @@ def on_files(files: Files, config) -> Files:
 
 def snippet_needs(path: pathlib.Path) -> list[str]:
     """The packages a snippet file imports beyond the standard library, read from its imports."""
-    import ast
-
-    found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            found.update(alias.name.split(".")[0] for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            found.add(node.module.split(".")[0])
+    found = {name.split(".")[0] for name in closure.imported_names(path.read_text())}
     return sorted(name for name in found
                   if name not in sys.stdlib_module_names and name != "__future__")
 

@@ -19,6 +19,8 @@ import dataclasses
 import pathlib
 import re
 
+from .closure import parse  # one syntax tree per text, shared with the caches
+
 API_DIR = "api"
 INCLUDE = re.compile(r'^[ \t]*--8<--[ \t]+"([^":]+\.py)(?::[A-Za-z][\w-]*)?"[ \t]*$', re.MULTILINE)
 TITLE = re.compile(r"^#[ \t]+(.+?)[ \t]*$", re.MULTILINE)
@@ -41,7 +43,7 @@ class SnippetFile:
 def exported_names(path: pathlib.Path) -> list[str]:
     """The file's ``__all__`` (a literal list or tuple); without one, its public
     top-level functions and classes."""
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+    tree = parse(path.read_text(encoding="utf-8"))
     for node in tree.body:
         if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets):
             try:
@@ -60,7 +62,7 @@ def documented_names(path: pathlib.Path) -> set[str]:
     bound by a plain assignment (``X = ...`` or ``X: int = ...``). A name bound
     by unpacking (``PAD, BOS = 0, 1``) or imported is not among them."""
     names: set[str] = set()
-    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+    for node in parse(path.read_text(encoding="utf-8")).body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             names.add(node.name)
         elif isinstance(node, ast.Assign):
