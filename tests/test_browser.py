@@ -391,7 +391,7 @@ def visit_every_page(browser, base_url: str, pages: list[str]) -> dict[str, Page
     the ``page_reports`` fixture of conftest.py, shared with the layout tests.
     Material's search worker runs on the pages axe audits and is left out of
     the others: it fetches the same index and builds the same search on every
-    page, which took about a quarter of each visit in a trial on eight pages."""
+    page: about a quarter of each visit on a busy machine, about 5 % on a quiet one."""
     axe_source = AXE.read_text(encoding="utf-8")
     start = time.perf_counter()
     reports: dict[str, PageReport] = {}
