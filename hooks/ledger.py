@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import importlib
 import importlib.metadata
 import json
 import logging
@@ -73,10 +74,9 @@ def _fingerprint(path: pathlib.Path, versions: str) -> str:
 
 
 def _versions() -> str:
-    import torch
-
-    found = [f"torch {torch.__version__}"]
-    for name in ("transformers", "numpy"):
+    """The installed versions the measurements depend on, read without importing them."""
+    found = []
+    for name in ("torch", "transformers", "numpy"):
         try:
             found.append(f"{name} {importlib.metadata.version(name)}")
         except importlib.metadata.PackageNotFoundError:
@@ -88,48 +88,72 @@ def _cache_dir() -> pathlib.Path:
     return closure.cache_root(ROOT) / "ledger"
 
 
+def _meta(ident) -> dict:
+    """What the page needs of an identity besides its measurement."""
+    return {"claim": ident.claim, "page": ident.page, "tol": ident.tol, "test": ident.test}
+
+
+def _kept(path: pathlib.Path, stamp: str) -> dict | None:
+    """The record of one identities file, if it was made from the same sources."""
+    try:
+        kept = json.loads((_cache_dir() / f"{path.stem}.json").read_text(encoding="utf-8"))
+        if kept["fingerprint"] == stamp and sorted(kept["registry"]) == sorted(kept["results"]):
+            return kept
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    return None
+
+
 def _measure_file(identities, path: pathlib.Path, keys: list[str], versions: str) -> dict:
     """The measurements of one identities file, from the cache when its sources are unchanged."""
     stamp = _fingerprint(path, versions)
-    record = _cache_dir() / f"{path.stem}.json"
-    try:
-        kept = json.loads(record.read_text(encoding="utf-8"))
-        if kept["fingerprint"] == stamp and sorted(kept["results"]) == sorted(keys):
-            _state["reused"] = _state.get("reused", 0) + len(keys)
-            return {k: identities.Measurement(**v) for k, v in kept["results"].items()}
-    except (OSError, ValueError, KeyError, TypeError):
-        pass
+    kept = _kept(path, stamp)
+    if kept is not None and sorted(kept["results"]) == sorted(keys):
+        return {k: identities.Measurement(**v) for k, v in kept["results"].items()}
     results = {key: identities.measure(identities.IDENTITIES[key]) for key in keys}
+    record = _cache_dir() / f"{path.stem}.json"
     record.parent.mkdir(parents=True, exist_ok=True)
     scratch = record.with_suffix(f".{os.getpid()}.tmp")
-    scratch.write_text(json.dumps({"fingerprint": stamp, "results": {
-        k: dataclasses.asdict(v) for k, v in results.items()}}), encoding="utf-8")
+    scratch.write_text(json.dumps({
+        "fingerprint": stamp,
+        "registry": {k: _meta(identities.IDENTITIES[k]) for k in keys},
+        "results": {k: dataclasses.asdict(v) for k, v in results.items()},
+    }), encoding="utf-8")
     scratch.replace(record)
     return results
 
 
 def _run_all() -> dict:
-    """Load the registry, measure (or reuse) every identity: what the page needs, as JSON."""
-    if str(ROOT / "tests") not in sys.path:
-        sys.path.insert(0, str(ROOT / "tests"))
-    if str(ROOT) not in sys.path:
-        sys.path.insert(0, str(ROOT))
-    import identities
-
-    registry = identities.load_all()
+    """Every identity's claim and measurement, as JSON for the page. A file whose
+    sources are unchanged is read from its record without being imported, so a
+    build that changed no proof imports neither torch nor the identities."""
     versions = _versions()
-    by_file: dict[pathlib.Path, list[str]] = {}
-    for key, ident in registry.items():
-        by_file.setdefault(ROOT / ident.test.split("::")[0], []).append(key)
-    results = {}
-    for path, keys in sorted(by_file.items()):
-        results.update(_measure_file(identities, path, keys, versions))
-    return {
-        "registry": {k: {"claim": i.claim, "page": i.page, "tol": i.tol, "test": i.test}
-                     for k, i in registry.items()},
-        "results": {k: dataclasses.asdict(results[k]) for k in registry},
-        "reused": _state.get("reused", 0),
-    }
+    registry: dict[str, dict] = {}
+    results: dict[str, dict] = {}
+    reused = 0
+    for path in sorted((ROOT / "tests" / "identities").glob("*.py")):
+        if path.stem == "__init__":
+            continue
+        kept = _kept(path, _fingerprint(path, versions))
+        if kept is not None:
+            reused += len(kept["results"])
+        else:
+            for folder in (ROOT, ROOT / "tests"):
+                if str(folder) not in sys.path:
+                    sys.path.insert(0, str(folder))
+            identities = importlib.import_module("identities")
+            importlib.import_module(f"identities.{path.stem}")
+            prefix = f"tests/identities/{path.name}::"
+            keys = [k for k, i in identities.IDENTITIES.items() if i.test.startswith(prefix)]
+            measured = _measure_file(identities, path, keys, versions)
+            kept = {"registry": {k: _meta(identities.IDENTITIES[k]) for k in keys},
+                    "results": {k: dataclasses.asdict(measured[k]) for k in keys}}
+        twice = set(kept["registry"]) & set(registry)
+        if twice:
+            raise ValueError(f"identity keys registered twice: {sorted(twice)}")
+        registry.update(kept["registry"])
+        results.update(kept["results"])
+    return {"registry": registry, "results": results, "reused": reused}
 
 
 def _stop() -> None:

@@ -12,7 +12,7 @@ import re
 
 import pytest
 
-from identities import ROOT_DOCS, load_all, measure, missing_needs
+from identities import IDENTITIES, ROOT_DOCS, load_all, measure, missing_needs
 
 IDENTITIES = load_all()
 
@@ -129,3 +129,39 @@ def test_the_build_measures_in_its_own_process_and_fails_with_its_output(tmp_pat
     with pytest.raises(PluginError, match=r"identities that do not hold: k: error 0\.001 > 1e-06"):
         hook._ledger()
     assert not out.exists() and not log_path.exists()
+
+
+def test_a_build_with_unchanged_sources_imports_no_identities(tmp_path, monkeypatch):
+    """The child reads every file's record (claims and measurements) when its
+    sources are unchanged, without importing torch's identities again; an
+    identities file whose sources changed is imported and measured alone."""
+    import identities
+
+    hook = _ledger_hook()
+    monkeypatch.setenv("FIELD_GUIDE_EXAMPLE_CACHE", str(tmp_path))
+    calls = []
+
+    def fake(ident):
+        calls.append(ident.key)
+        return identities.Measurement(ident.key, 0.0, "float64", "cpu", "x", 0.0)
+
+    monkeypatch.setattr(identities, "measure", fake)
+    first = hook._run_all()
+    assert first["reused"] == 0 and sorted(calls) == sorted(first["registry"]) == sorted(load_all())
+    assert first["registry"]["sdpa-equals-pytorch"]["page"] == IDENTITIES["sdpa-equals-pytorch"].page
+    calls.clear()
+
+    def refuse(name, *args, **kwargs):
+        raise AssertionError(f"imported {name} although its sources are unchanged")
+
+    with monkeypatch.context() as m:
+        m.setattr(hook.importlib, "import_module", refuse)
+        again = hook._run_all()
+    assert calls == [] and again == {**first, "reused": len(first["results"])}
+    # A changed source re-measures only the files that import it.
+    changed = ROOT_DOCS.parent / "tests" / "identities" / "foundations.py"
+    monkeypatch.setattr(hook, "_closure", lambda p: [p, ROOT_DOCS.parent / "README.md"] if p == changed else
+                        sorted([p, *hook.closure.local_dependencies(p, [ROOT_DOCS.parent, ROOT_DOCS.parent / "tests"])]))
+    third = hook._run_all()
+    assert sorted(calls) == sorted(k for k, i in IDENTITIES.items() if i.test.startswith("tests/identities/foundations.py"))
+    assert third["registry"] == first["registry"]
