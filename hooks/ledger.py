@@ -108,19 +108,24 @@ def _measure_file(identities, path: pathlib.Path, keys: list[str], versions: str
     """The measurements of one identities file, from the cache when its sources are unchanged."""
     stamp = _fingerprint(path, versions)
     kept = _kept(path, stamp)
-    if kept is not None and sorted(kept["results"]) == sorted(keys):
-        return {k: identities.Measurement(**v) for k, v in kept["results"].items()}
-    results = {key: identities.measure(identities.IDENTITIES[key]) for key in keys}
+    if kept is None or sorted(kept["results"]) != sorted(keys):
+        kept = _record(identities, path, keys, stamp)
+    return {k: identities.Measurement(**v) for k, v in kept["results"].items()}
+
+
+def _record(identities, path: pathlib.Path, keys: list[str], stamp: str) -> dict:
+    """Measure ``keys`` of one identities file and keep the record under ``stamp``."""
+    kept = {
+        "fingerprint": stamp,
+        "registry": {k: _meta(identities.IDENTITIES[k]) for k in keys},
+        "results": {k: dataclasses.asdict(identities.measure(identities.IDENTITIES[k])) for k in keys},
+    }
     record = _cache_dir() / f"{path.stem}.json"
     record.parent.mkdir(parents=True, exist_ok=True)
     scratch = record.with_suffix(f".{os.getpid()}.tmp")
-    scratch.write_text(json.dumps({
-        "fingerprint": stamp,
-        "registry": {k: _meta(identities.IDENTITIES[k]) for k in keys},
-        "results": {k: dataclasses.asdict(v) for k, v in results.items()},
-    }), encoding="utf-8")
+    scratch.write_text(json.dumps(kept), encoding="utf-8")
     scratch.replace(record)
-    return results
+    return kept
 
 
 def _run_all() -> dict:
@@ -134,7 +139,8 @@ def _run_all() -> dict:
     for path in sorted((ROOT / "tests" / "identities").glob("*.py")):
         if path.stem == "__init__":
             continue
-        kept = _kept(path, _fingerprint(path, versions))
+        stamp = _fingerprint(path, versions)
+        kept = _kept(path, stamp)
         if kept is not None:
             reused += len(kept["results"])
         else:
@@ -145,9 +151,7 @@ def _run_all() -> dict:
             importlib.import_module(f"identities.{path.stem}")
             prefix = f"tests/identities/{path.name}::"
             keys = [k for k, i in identities.IDENTITIES.items() if i.test.startswith(prefix)]
-            measured = _measure_file(identities, path, keys, versions)
-            kept = {"registry": {k: _meta(identities.IDENTITIES[k]) for k in keys},
-                    "results": {k: dataclasses.asdict(measured[k]) for k in keys}}
+            kept = _record(identities, path, keys, stamp)
         twice = set(kept["registry"]) & set(registry)
         if twice:
             raise ValueError(f"identity keys registered twice: {sorted(twice)}")
@@ -191,8 +195,8 @@ def on_shutdown():
 def _ledger():
     if "registry" not in _state:
         code = _state["child"].wait()
-        log_text = pathlib.Path(_state["log"]).read_text(encoding="utf-8", errors="replace")
         if code != 0:
+            log_text = pathlib.Path(_state["log"]).read_text(encoding="utf-8", errors="replace")
             tail = "\n".join(log_text.strip().splitlines()[-15:])
             raise PluginError(f"the equivalence ledger could not be measured (exit {code}):\n{tail}")
         found = json.loads(pathlib.Path(_state["out"]).read_text(encoding="utf-8"))

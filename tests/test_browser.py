@@ -20,6 +20,7 @@ build). In CI (``CI`` set) a missing Chromium fails the tests; locally it skips.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import io
 import json
@@ -145,13 +146,10 @@ def open_page(page, url: str, search: bool = True) -> None:
     """Load a page and wait for what arrives after ``load``: the search index
     (fetched by Material's search worker, unless the page's context left search
     out), the sitemap (instant navigation needs it) and the math fonts."""
-    with page.expect_response(lambda response: response.url.endswith("/sitemap.xml"), timeout=15_000):
-        if search:
-            with page.expect_response(lambda response: "/search/search_index.json" in response.url,
-                                      timeout=15_000):
-                page.goto(url, wait_until="load")
-        else:
-            page.goto(url, wait_until="load")
+    index = page.expect_response(lambda response: "/search/search_index.json" in response.url,
+                                 timeout=15_000) if search else contextlib.nullcontext()
+    with page.expect_response(lambda response: response.url.endswith("/sitemap.xml"), timeout=15_000), index:
+        page.goto(url, wait_until="load")
     page.evaluate("() => document.fonts.ready.then(() => true)")
 
 
