@@ -71,6 +71,32 @@ def chromium_path() -> str:
     raise AssertionError("unreachable")
 
 
+# ----------------------------------------------------------------------------
+# Script in a page, with a deadline
+# ----------------------------------------------------------------------------
+JS_TIMEOUT_MS = 60_000
+_FUNCTION = re.compile(r"^\s*(async\s+)?(function\b|\([^()]*\)\s*=>|[A-Za-z_$][\w$]*\s*=>)")
+
+
+def run_js(page, js: str, arg=None, *, timeout_ms: int = JS_TIMEOUT_MS):
+    """``page.evaluate(js, arg)``, but never waits past ``timeout_ms``.
+
+    Playwright's ``evaluate`` has no timeout: a promise that never settles, or
+    a renderer that stops answering, holds the test (and a CI run) forever.
+    ``wait_for_function``'s deadline is kept by Playwright's driver, outside
+    the page, so it raises ``TimeoutError`` even when the page is stuck. ``js``
+    is a function source (called once with ``arg``) or an expression, as for
+    ``evaluate``; the result comes back wrapped so a falsy value still counts.
+    """
+    source = js if _FUNCTION.match(js) else f"() => ({js})"
+    wrapped = f"async (arg) => ({{value: await ({source})(arg)}})"
+    handle = page.wait_for_function(wrapped, arg=arg, timeout=timeout_ms, polling=100)
+    try:
+        return handle.json_value().get("value")
+    finally:
+        handle.dispose()
+
+
 COMPRESSIBLE = {".html", ".css", ".js", ".json", ".xml", ".svg", ".txt", ".map", ".py"}
 
 

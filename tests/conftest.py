@@ -86,6 +86,7 @@ SITE_GROUPS = {
     "test_explorer.py": "site-widgets",
     "test_calculator_browser.py": "site-widgets",
     "test_which_kernel_browser.py": "site-widgets",
+    "test_browser_deadlines.py": "site-widgets",  # one more use of that worker's Chromium
 }
 
 

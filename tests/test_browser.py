@@ -150,7 +150,7 @@ def open_page(page, url: str, search: bool = True) -> None:
                                  timeout=15_000) if search else contextlib.nullcontext()
     with page.expect_response(lambda response: response.url.endswith("/sitemap.xml"), timeout=15_000), index:
         page.goto(url, wait_until="load")
-    page.evaluate("() => document.fonts.ready.then(() => true)")
+    bs.run_js(page, "() => document.fonts.ready.then(() => true)")
 
 
 # ----------------------------------------------------------------------------
@@ -300,20 +300,20 @@ def _start_visit(browser, base_url: str, path: str, axe_source: str | None):
     context, page, guard = new_page(browser, search=search)
     try:
         open_page(page, base_url + path, search=search)
-        lcp = page.evaluate(LCP_JS)
-        math = page.evaluate(MATH_JS)
-        images = page.evaluate(IMAGES_JS)
-        headings = page.evaluate(HEADINGS_JS)
+        lcp = bs.run_js(page, LCP_JS)
+        math = bs.run_js(page, MATH_JS)
+        images = bs.run_js(page, IMAGES_JS)
+        headings = bs.run_js(page, HEADINGS_JS)
         # The notebook copy button keeps each cell's source in a hidden div;
         # if the notebook stylesheet breaks, every cell shows its code twice.
-        headings["visible_copy_text"] = page.evaluate(
+        headings["visible_copy_text"] = bs.run_js(page,
             "() => [...document.querySelectorAll('.clipboard-copy-txt')]"
             ".filter(el => getComputedStyle(el).display !== 'none').length"
         )
         page.set_viewport_size(PHONE)
         page.wait_for_function(f"() => document.documentElement.clientWidth <= {PHONE['width']}")
-        page.evaluate("() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))")
-        phone = page.evaluate(OVERFLOW_JS)
+        bs.run_js(page, "() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))")
+        phone = bs.run_js(page, OVERFLOW_JS)
         page.set_viewport_size(DESKTOP)
         page.wait_for_function(f"() => document.documentElement.clientWidth > {PHONE['width']}")
         report = PageReport(
@@ -336,7 +336,7 @@ def _start_visit(browser, base_url: str, path: str, axe_source: str | None):
                                    sum(b for u, b in guard.raw_bytes.items() if is_search_file(u)))
         if axe_source is not None:
             page.add_script_tag(content=axe_source)
-            page.evaluate(AXE_START_JS, path in AXE_KEY_PAGES)
+            bs.run_js(page, AXE_START_JS, path in AXE_KEY_PAGES)
     except BaseException:
         context.close()
         raise
@@ -347,9 +347,9 @@ def _finish_visit(report: PageReport, context, page) -> None:
     """Collect axe-core's findings, then measure the layout at 1280 px with
     every fold open (after axe: the measurement opens folds and tabs)."""
     try:
-        report.axe = page.evaluate("() => window.__axe") if report.audited else []
+        report.axe = bs.run_js(page, "() => window.__axe") if report.audited else []
         page.wait_for_function(bs.TYPESET_JS, timeout=10_000)
-        report.layout = page.evaluate(bs.LAYOUT_JS)
+        report.layout = bs.run_js(page, bs.LAYOUT_JS)
     finally:
         context.close()
 
@@ -359,7 +359,7 @@ def _lcp(browser, url: str) -> float | None:
     context, page, guard = new_page(browser)
     try:
         open_page(page, url)
-        return page.evaluate(LCP_JS)
+        return bs.run_js(page, LCP_JS)
     finally:
         context.close()
 
@@ -369,8 +369,8 @@ def _axe_dark(browser, base_url: str, path: str, axe_source: str) -> list[dict]:
     try:
         open_page(page, base_url + path)
         page.add_script_tag(content=axe_source)
-        page.evaluate(AXE_START_JS, True)
-        return page.evaluate("() => window.__axe")
+        bs.run_js(page, AXE_START_JS, True)
+        return bs.run_js(page, "() => window.__axe")
     finally:
         context.close()
 
@@ -390,20 +390,51 @@ def visit_every_page(browser, base_url: str, pages: list[str]) -> dict[str, Page
     Material's search worker runs on the pages axe audits and is left out of
     the others: it fetches the same index and builds the same search on every
     page: about a quarter of each visit on a busy machine, about 5 % on a quiet one."""
+    from playwright.sync_api import TimeoutError as StuckPage
+
     axe_source = AXE.read_text(encoding="utf-8")
     start = time.perf_counter()
     reports: dict[str, PageReport] = {}
-    pending = None
     audited = axe_sample(pages)
+    retried: dict[str, str] = {}
+
+    def begin(path: str):
+        visit = _start_visit(browser, base_url, path, axe_source if path in audited else None)
+        visit[0].audited = path in audited
+        return visit
+
+    def again(path: str, error: Exception) -> PageReport:
+        # A page that passed a deadline (bs.run_js, Playwright's waits) is
+        # visited once more, alone, in a fresh context; a second miss fails.
+        if path in retried:
+            raise error
+        retried[path] = str(error).splitlines()[0]
+        print(f"\nbrowser: {path or '/'} visited again after: {retried[path]}")
+        visit = begin(path)
+        _finish_visit(*visit)
+        return visit[0]
+
+    pending = None  # (url path, visit) whose axe run is still going
     for path in pages:
-        current = _start_visit(browser, base_url, path, axe_source if path in audited else None)
-        current[0].audited = path in audited
+        try:
+            current, stuck = begin(path), None
+        except StuckPage as error:
+            current, stuck = None, error
         if pending:
-            _finish_visit(*pending)
-        pending = current
-        reports[current[0].path] = current[0]
+            try:
+                _finish_visit(*pending[1])
+            except StuckPage as error:
+                reports[pending[1][0].path] = again(pending[0], error)
+        if stuck is not None:
+            reports[path or "/"] = again(path, stuck)
+        pending = (path, current) if current else None
+        if current:
+            reports[current[0].path] = current[0]
     if pending:
-        _finish_visit(*pending)
+        try:
+            _finish_visit(*pending[1])
+        except StuckPage as error:
+            reports[pending[1][0].path] = again(pending[0], error)
     # Search runs on the audited pages only (one worker, one index, the same on
     # every page); a page visited without it is charged the bytes they cost.
     searched = [r.search_bytes for r in reports.values() if r.searched]
@@ -434,6 +465,7 @@ def visit_every_page(browser, base_url: str, pages: list[str]) -> dict[str, Page
             impacts[v["impact"] or "none"] = impacts.get(v["impact"] or "none", 0) + v["nodes"]
     _record("pages", {
         "count": len(reports),
+        "visited_again": retried,
         "with_search_worker": sum(r.searched for r in reports.values()),
         "visit_seconds": round(seconds, 1),
         "off_host_requests": sum(len(r.off_host) for r in reports.values()),
@@ -615,13 +647,13 @@ def test_math_is_typeset_after_instant_navigation(browser, base_url, pages):
     context, page, guard = new_page(browser)
     try:
         open_page(page, base_url + start)
-        assert page.evaluate(MATH_JS)["katex"] > 0
-        page.evaluate("window.__sameDocument = true")  # survives only an instant (XHR) navigation
+        assert bs.run_js(page, MATH_JS)["katex"] > 0
+        bs.run_js(page, "window.__sameDocument = true")  # survives only an instant (XHR) navigation
         page.locator(f'.md-nav--primary a.md-nav__link[href$="{target}"]').first.click()
         page.wait_for_url(base_url + target)
         page.wait_for_function("() => document.querySelector('.md-content .jupyter-wrapper .katex') !== null")
-        assert page.evaluate("window.__sameDocument === true"), "the click reloaded the page: instant navigation is off"
-        math = page.evaluate(MATH_JS)
+        assert bs.run_js(page, "window.__sameDocument === true"), "the click reloaded the page: instant navigation is off"
+        math = bs.run_js(page, MATH_JS)
         assert math["katex"] > 0 and not math["untypeset"] and not math["raw"] and not math["errors"], math
         # ... and back to a Markdown page, through a link in the content.
         back = page.locator(f'.md-content a[href*="{start.rstrip("/")}"]')
@@ -631,8 +663,8 @@ def test_math_is_typeset_after_instant_navigation(browser, base_url, pages):
             page.locator(f'.md-nav--primary a.md-nav__link[href*="{start.rstrip("/")}"]').first.click()
         page.wait_for_url(re.compile(re.escape(base_url + start)))
         page.wait_for_function("() => document.querySelectorAll('.md-content .arithmatex .katex').length > 0")
-        assert page.evaluate("window.__sameDocument === true")
-        math = page.evaluate(MATH_JS)
+        assert bs.run_js(page, "window.__sameDocument === true")
+        math = bs.run_js(page, MATH_JS)
         assert math["arithmatex"] > 0 and not math["untypeset"] and not math["raw"], math
         assert not guard.off_host and not guard.console, (guard.off_host, guard.console)
     finally:
@@ -683,10 +715,10 @@ def test_copy_button_copies_exactly_the_snippet_section(browser, base_url, pages
                     continue
                 block = blocks.nth(index)
                 block.evaluate(REVEAL_JS)
-                page.evaluate("navigator.clipboard.writeText('')")
+                bs.run_js(page, "navigator.clipboard.writeText('')")
                 block.locator(".md-code__button[data-md-type=copy], .md-clipboard").first.click()
                 page.wait_for_function("async () => (await navigator.clipboard.readText()).length > 0")
-                got = page.evaluate("navigator.clipboard.readText()")
+                got = bs.run_js(page, "navigator.clipboard.readText()")
                 assert got.rstrip("\n") == want.rstrip("\n"), f"{path}, code block {index}: clipboard differs"
                 assert "--8<--" not in got and not re.search(r"^\s*(>>>|\.\.\.|\$) ", got, re.M)
                 checked += 1
@@ -707,7 +739,7 @@ def _search(page, query: str) -> list[str]:
     field.fill(query)
     field.press("End")
     page.wait_for_function("() => document.querySelectorAll('.md-search-result__item').length > 0", timeout=10_000)
-    urls = page.evaluate(
+    urls = bs.run_js(page,
         """() => [...document.querySelectorAll('.md-search-result__item > a.md-search-result__link')]
                   .map(a => a.href.split('#')[0].split('?')[0])"""
     )
@@ -748,7 +780,7 @@ def test_palette_toggle_and_figures_in_both_palettes(browser, base_url, pages):
     try:
         open_page(page, base_url + path)
         scheme = "() => document.body.getAttribute('data-md-color-scheme')"
-        assert page.evaluate(scheme) == "default"
+        assert bs.run_js(page, scheme) == "default"
         figures = page.locator(".md-content .jupyter-wrapper img")
         assert figures.count() > 0
         for name, next_scheme in (("default", "slate"), ("slate", "default")):
@@ -762,7 +794,7 @@ def test_palette_toggle_and_figures_in_both_palettes(browser, base_url, pages):
             if next_scheme == "slate":
                 background = figures.first.evaluate("img => getComputedStyle(img).backgroundColor")
                 assert background in ("rgb(255, 255, 255)", "rgba(0, 0, 0, 0)"), background
-        assert page.evaluate(scheme) == "default"
+        assert bs.run_js(page, scheme) == "default"
         assert not guard.console, guard.console
     finally:
         context.close()
@@ -781,7 +813,7 @@ def test_screenshots_for_a_person(browser, base_url, pages):
         try:
             for name, path in wanted.items():
                 open_page(page, base_url + path)
-                assert page.evaluate("document.body.getAttribute('data-md-color-scheme')") == palette
+                assert bs.run_js(page, "document.body.getAttribute('data-md-color-scheme')") == palette
                 target = SCREENSHOTS / f"{name}-{scheme}.png"
                 page.screenshot(path=str(target), full_page=True)
                 written.append(target)
@@ -816,7 +848,7 @@ def test_offline_build_reads_from_the_file_system(browser, offline_site):
     try:
         page.goto(page_file.as_uri(), wait_until="load")
         page.wait_for_function("() => document.querySelectorAll('.md-content .arithmatex .katex').length > 0")
-        math = page.evaluate(MATH_JS)
+        math = bs.run_js(page, MATH_JS)
         assert not math["untypeset"] and not math["raw"], math
         results = _search(page, "Bahdanau")  # the index is inlined: no fetch from file://
         assert any(url.endswith("history/additive-attention.html") for url in results[:3]), results[:5]
@@ -885,11 +917,11 @@ def test_figures_fit_their_container(browser, base_url, pages, scheme, viewport)
         for path in FIGURE_PAGES:
             assert path in pages, path
             open_page(page, base_url + path)
-            shown = page.evaluate(DRAWN_SHOWN)
+            shown = bs.run_js(page, DRAWN_SHOWN)
             wanted = {"light": "only-light", "dark": "only-dark"}[scheme]
             if path.startswith(("foundations/", "attention/")) and (not shown or set(shown) != {wanted}):
                 problems.append(f"{path}: drawn figures shown in the {scheme} palette: {shown}")
-            for box in page.evaluate(FIGURE_BOXES):
+            for box in bs.run_js(page, FIGURE_BOXES):
                 seen += 1
                 slack = 0.5
                 if (box["right"] > min(box["parentRight"], box["columnRight"], box["viewport"]) + slack
@@ -929,7 +961,7 @@ def test_wide_equations_scroll_on_a_phone(browser, base_url, pages):
             assert path in pages, path
             open_page(page, base_url + path)
             page.wait_for_selector(".katex-display")
-            for eq in page.evaluate(WIDE_MATH):
+            for eq in bs.run_js(page, WIDE_MATH):
                 if eq["right"] > eq["viewport"] + 0.5:
                     problems.append(f"{path}: the box of {eq['text']!r} reaches past the screen")
                 if eq["wide"]:
@@ -980,13 +1012,13 @@ def test_figures_open_full_size_and_close_with_the_keyboard(browser, base_url, p
     context, page, guard = new_page(browser, scheme="dark")
     try:
         open_page(page, base_url + "examples/scaled_dot_product/")
-        page.evaluate("() => { window.__sameDocument = true; }")
+        bs.run_js(page, "() => { window.__sameDocument = true; }")
         # Instant navigation to the page with the widest figures: the zoom
         # must be wired up on pages that arrive without a full load.
         page.locator('.md-nav--primary a.md-nav__link[href*="tiny_bert"]').first.click()
         page.wait_for_url(re.compile(re.escape(base_url + "examples/tiny_bert/")))
         page.wait_for_function("() => document.querySelectorAll('.md-content img.fg-zoomable').length >= 2")
-        assert page.evaluate("window.__sameDocument === true"), "instant navigation is off"
+        assert bs.run_js(page, "window.__sameDocument === true"), "instant navigation is off"
         # Wait until the last figure is laid out and stays the same figure for
         # half a second: just after the navigation the outgoing page's images
         # and the incoming ones can both match, one of them at zero width.
@@ -1008,22 +1040,22 @@ def test_figures_open_full_size_and_close_with_the_keyboard(browser, base_url, p
 
         figure.focus()
         page.keyboard.press("Enter")
-        state = page.evaluate(ZOOM_STATE)
+        state = bs.run_js(page, ZOOM_STATE)
         assert state["open"], "Enter on a figure did not open it"
         assert state["bigNatural"] == shown["natural"], f"another figure opened: {state} vs {shown}"
         assert abs(state["bigWidth"] - shown["natural"]) < 1, f"not at full size: {state} vs {shown}"
         assert state["focusInLayer"], "the focus did not move into the full-size view"
         page.keyboard.press("Tab")
-        assert page.evaluate(ZOOM_STATE)["focusInLayer"], "Tab left the full-size view"
+        assert bs.run_js(page, ZOOM_STATE)["focusInLayer"], "Tab left the full-size view"
         page.keyboard.press("Escape")
-        state = page.evaluate(ZOOM_STATE)
+        state = bs.run_js(page, ZOOM_STATE)
         assert not state["open"], "Escape did not close the full-size view"
         assert state["focusedFigure"] == src, f"the focus did not return to the figure: {state}"
 
         figure.click()
-        assert page.evaluate(ZOOM_STATE)["open"], "a click did not open the figure"
+        assert bs.run_js(page, ZOOM_STATE)["open"], "a click did not open the figure"
         page.locator(".fg-zoom__close").click()
-        assert not page.evaluate(ZOOM_STATE)["open"], "the close button did not close it"
+        assert not bs.run_js(page, ZOOM_STATE)["open"], "the close button did not close it"
         assert not guard.console and not guard.off_host, (guard.console, guard.off_host)
     finally:
         context.close()
@@ -1052,7 +1084,7 @@ def test_examples_on_a_phone_show_no_prompts_and_keep_tokens_whole(browser, base
         for path in ["examples/performance/", "examples/scaled_dot_product/"]:
             assert path in pages, path
             open_page(page, base_url + path)
-            found = page.evaluate(PHONE_OUTPUT)
+            found = bs.run_js(page, PHONE_OUTPUT)
             if found["prompts"]:
                 problems.append(f"{path}: prompts shown: {found['prompts']}")
             for out in found["outputs"]:
@@ -1069,7 +1101,7 @@ def test_examples_on_a_phone_show_no_prompts_and_keep_tokens_whole(browser, base
 
 def test_search_previews_show_math_as_text(search_page, base_url):
     _search(search_page, "scaled dot-product")
-    previews = search_page.evaluate(
+    previews = bs.run_js(search_page,
         "() => [...document.querySelectorAll('.md-search-result__article')].map(a => a.textContent)"
     )
     assert previews, "no search previews"
@@ -1109,8 +1141,8 @@ def test_no_punctuation_is_stranded_after_math(browser, base_url, pages):
             page.wait_for_function("() => document.querySelector('.md-content .katex') !== null")
             for width in range(320, 430, 10):
                 page.set_viewport_size({"width": width, "height": PHONE["height"]})
-                page.evaluate("() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))")
-                for item in page.evaluate(PUNCTUATION_AFTER_MATH):
+                bs.run_js(page, "() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))")
+                for item in bs.run_js(page, PUNCTUATION_AFTER_MATH):
                     checked += 1
                     if item["stranded"]:
                         stranded.add(f"{path} at {width} px: {item['text']!r}")

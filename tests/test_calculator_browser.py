@@ -83,7 +83,7 @@ IN_PAGE = """cases => {
 
 def compare(page, cases: list[dict]) -> int:
     """Run every case in the page and in Python; return how many gave numbers."""
-    got = page.evaluate(IN_PAGE, cases)
+    got = bs.run_js(page, IN_PAGE, cases)
     numbers = 0
     for case, ours in zip(cases, got):
         want = python(case)
@@ -369,11 +369,11 @@ def test_after_instant_navigation(browser, base_url):
     context, page, guard = new_page(browser, viewport=DESKTOP)
     try:
         open_page(page, base_url + "modern/local-global/")
-        page.evaluate("window.__sameDocument = true")
+        bs.run_js(page, "window.__sameDocument = true")
         page.locator('.md-content a[href$="models/"]').first.click()
         page.wait_for_url(base_url + PAGE + "**")
         page.wait_for_function(READY)
-        assert page.evaluate("window.__sameDocument === true"), "instant navigation is off: the test checks nothing"
+        assert bs.run_js(page, "window.__sameDocument === true"), "instant navigation is off: the test checks nothing"
         assert read_output(page)["total"] == 4096 * (10 * 32768 + 52 * 1024) * 2
         assert not guard.console, guard.console
     finally:

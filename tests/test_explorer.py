@@ -180,7 +180,7 @@ BARS_JS = """() => [...document.querySelectorAll('.fg-explorer__barrow')].map(r 
 def _page_weights(page, heads: int, n: int) -> torch.Tensor:
     """(H, N, N) weights read from the heatmaps (every head shown)."""
     out = torch.full((heads, n, n), float("nan"), dtype=torch.float64)
-    maps = page.evaluate(MAPS_JS)
+    maps = bs.run_js(page, MAPS_JS)
     assert sorted(m["head"] for m in maps) == list(range(heads)), "not every head is shown"
     for m in maps:
         for i, j, w in m["cells"]:
@@ -191,11 +191,11 @@ def _page_weights(page, heads: int, n: int) -> torch.Tensor:
 def _screenshot(locator, name: str) -> None:
     """Save one widget to test-artifacts/screenshots, without the sticky header over it."""
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    locator.page.evaluate("() => document.querySelector('.md-header').style.visibility = 'hidden'")
+    locator.bs.run_js(page, "() => document.querySelector('.md-header').style.visibility = 'hidden'")
     try:
         locator.screenshot(path=str(SCREENSHOTS / name))
     finally:
-        locator.page.evaluate("() => document.querySelector('.md-header').style.visibility = ''")
+        locator.bs.run_js(page, "() => document.querySelector('.md-header').style.visibility = ''")
 
 
 def _choose(page, role: str, value: str) -> None:
@@ -251,8 +251,8 @@ def test_page_weights_equal_the_models(chromium, base_url, site_dir, trained):
             torch.testing.assert_close(got, exact, rtol=0, atol=1e-12, msg=lambda m: f"{case}: page vs snippet: {m}")
             worst = max(worst, (got - want).abs().max().item())
             # The bars are the selected query's row of the same weights.
-            query = page.evaluate("() => JSON.parse(document.querySelector('.fg-explorer').dataset.state).query")
-            for row in page.evaluate(BARS_JS):
+            query = bs.run_js(page, "() => JSON.parse(document.querySelector('.fg-explorer').dataset.state).query")
+            for row in bs.run_js(page, BARS_JS):
                 assert row["weights"] == got[row["head"], query].tolist(), case
         assert exact[:, -2:].abs().sum() == 0 and got[:, -2:].abs().sum() == 0  # the last case's empty rows
         assert not guard.console and not guard.off_host, (guard.console, guard.off_host)
@@ -310,14 +310,14 @@ def test_page_selection_equals_the_snippets(chromium, base_url, site_dir, traine
             _choose(page, "block", str(block))
             _choose(page, "topk", str(top_k))
             page.locator(".fg-explorer input[data-role=gate]").fill(str(gate))
-            state = page.evaluate("() => JSON.parse(document.querySelector('.fg-explorer').dataset.state)")
+            state = bs.run_js(page, "() => JSON.parse(document.querySelector('.fg-explorer').dataset.state)")
             assert state["gate"] == gate and state["block"] == block and state["topk"] == top_k, state
             n = len(data["sentences"][sentence]["tokens"])
             got = _page_weights(page, data["heads"], n)
             want = selected_weights(data, sentence, layer, case)
             torch.testing.assert_close(got, want, rtol=0, atol=1e-12, msg=lambda m: f"{case}: page vs snippet: {m}")
             # Per head, the grey cells are the keys that head's block gate dropped.
-            masked = page.evaluate("""() => [...document.querySelectorAll('.fg-explorer__map')].map(m =>
+            masked = bs.run_js(page, """() => [...document.querySelectorAll('.fg-explorer__map')].map(m =>
               [...m.children].filter(c => c.classList.contains('is-masked')).length)""")
             differ += len(set(masked)) > 1
         assert differ >= 1, "no case showed heads choosing different blocks"
@@ -339,26 +339,26 @@ def test_explorer_reacts_to_pointer_and_keyboard(chromium, base_url):
         readout = page.locator(".fg-explorer__readout")
         # Hover a token: it becomes the query, the readout names it.
         tokens.nth(2).hover()
-        assert page.evaluate(pressed) == 2
+        assert bs.run_js(page, pressed) == 2
         assert readout.inner_text().startswith("Query 3 ")
         # Tap another.
         tokens.nth(9).click()
-        assert page.evaluate(pressed) == 9
+        assert bs.run_js(page, pressed) == 9
         # Keyboard: arrows, Home and End move the query and the focus.
         page.keyboard.press("ArrowLeft")
-        assert page.evaluate(pressed) == 8
-        assert page.evaluate("() => document.activeElement.dataset.i") == "8"
+        assert bs.run_js(page, pressed) == 8
+        assert bs.run_js(page, "() => document.activeElement.dataset.i") == "8"
         page.keyboard.press("End")
-        assert page.evaluate(pressed) == 12
+        assert bs.run_js(page, pressed) == 12
         page.keyboard.press("Home")
-        assert page.evaluate(pressed) == 0 and readout.inner_text().startswith("Query 1 ")
+        assert bs.run_js(page, pressed) == 0 and readout.inner_text().startswith("Query 1 ")
         # One tab stop for the tokens (roving tabindex), reached from the last control.
         assert page.locator(".fg-explorer__token[tabindex='0']").count() == 1
         page.locator(".fg-explorer input[data-role=gate]").focus()
         page.keyboard.press("Tab")
-        assert page.evaluate("() => document.activeElement.classList.contains('fg-explorer__token')")
+        assert bs.run_js(page, "() => document.activeElement.classList.contains('fg-explorer__token')")
         # Every control has a label.
-        unlabelled = page.evaluate(
+        unlabelled = bs.run_js(page,
             "() => [...document.querySelectorAll('.fg-explorer select, .fg-explorer input')]"
             ".filter(c => !c.labels || c.labels.length === 0).map(c => c.outerHTML)"
         )
@@ -379,7 +379,7 @@ def test_explorer_reacts_to_pointer_and_keyboard(chromium, base_url):
         assert changes.get_attribute("data-changed") == "11,12"  # causal + right padding: only the padded rows
         # Clicking a heatmap row picks that query.
         page.locator(".fg-explorer__map").first.locator("[data-i='4'][data-j='0']").click()
-        assert page.evaluate(pressed) == 4
+        assert bs.run_js(page, pressed) == 4
         assert not guard.console and not guard.off_host, (guard.console, guard.off_host)
         _screenshot(page.locator(".fg-explorer"), "explorer-light.png")
     finally:
@@ -393,14 +393,14 @@ def test_explorer_in_the_dark_palette_and_on_a_phone(chromium, base_url):
     context, page, guard = _open(chromium, base_url + EXPLORER, scheme="dark", viewport=PHONE)
     try:
         page.wait_for_function(READY)
-        assert page.evaluate("document.body.getAttribute('data-md-color-scheme')") == "slate"
+        assert bs.run_js(page, "document.body.getAttribute('data-md-color-scheme')") == "slate"
         _choose(page, "head", "all")
         page.locator(".fg-explorer__token").nth(7).click()
-        phone = page.evaluate(OVERFLOW_JS)
+        phone = bs.run_js(page, OVERFLOW_JS)
         assert phone["scroll"] <= phone["client"] + 1, phone
         # The heat is Material's link colour of the dark palette, not the light one.
-        heat = page.evaluate("() => getComputedStyle(document.querySelector('.fg-explorer__bar')).backgroundColor")
-        link = page.evaluate("""() => {
+        heat = bs.run_js(page, "() => getComputedStyle(document.querySelector('.fg-explorer__bar')).backgroundColor")
+        link = bs.run_js(page, """() => {
           const probe = document.createElement('span');
           probe.style.color = 'var(--md-typeset-a-color)';
           document.querySelector('.md-typeset').appendChild(probe);
@@ -447,12 +447,12 @@ def test_explorer_after_instant_navigation(chromium, base_url):
     context, page, guard = _open(chromium, base_url + PLAYGROUND)
     try:
         page.wait_for_function("() => document.querySelector('.fg-softmax-playground[data-fg-ready]') !== null")
-        page.evaluate("window.__sameDocument = true")
+        bs.run_js(page, "window.__sameDocument = true")
         page.locator('.md-content a[href$="explorer/"]').first.click()
         # the explorer may add a section's fragment to its address once it loads
         page.wait_for_url(re.compile(re.escape(base_url + EXPLORER) + r"(#[\w-]*)?$"))
         page.wait_for_function(READY)
-        assert page.evaluate("window.__sameDocument === true"), "instant navigation is off: the test checks nothing"
+        assert bs.run_js(page, "window.__sameDocument === true"), "instant navigation is off: the test checks nothing"
         page.locator(".fg-explorer__token").nth(3).hover()
         assert page.locator(".fg-explorer__readout").inner_text().startswith("Query 4 ")
         assert not guard.console, guard.console
@@ -493,7 +493,7 @@ def test_playground_softmax_equals_torch(chromium, base_url):
             for slider in ("0", "-1", "1.3"):
                 page.locator(".fg-softmax-playground input[data-role=scale]").evaluate(
                     "(el, v) => { el.value = v; el.dispatchEvent(new Event('input', {bubbles: true})); }", slider)
-                got = page.evaluate(PLAYGROUND_JS)
+                got = bs.run_js(page, PLAYGROUND_JS)
                 want, norm = _expected(scores, got["alpha"])
                 assert abs(got["alpha"] - 10 ** float(slider)) < 1e-9
                 torch.testing.assert_close(torch.tensor(got["weights"], dtype=torch.float64), want, rtol=0, atol=1e-6)
@@ -507,9 +507,9 @@ def test_playground_softmax_equals_torch(chromium, base_url):
             inputs.nth(j).fill("0")
         page.locator(".fg-softmax-playground input[data-role=scale]").focus()
         page.keyboard.press("Home")
-        low = page.evaluate(PLAYGROUND_JS)
+        low = bs.run_js(page, PLAYGROUND_JS)
         page.keyboard.press("End")
-        high = page.evaluate(PLAYGROUND_JS)
+        high = bs.run_js(page, PLAYGROUND_JS)
         assert low["alpha"] == pytest.approx(0.1) and high["alpha"] == pytest.approx(100.0)
         assert low["max"] < 0.4 < 0.999 < high["max"] and high["jacobian"] < 1e-6 < low["jacobian"]
         assert page.locator(".fg-softmax-playground [aria-live]").count() == 1

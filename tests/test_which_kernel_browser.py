@@ -158,7 +158,7 @@ RUN_JS = """(cases) => {
 def test_form_equals_choose_backend_on_a_seeded_sample(browser, base_url):
     context, page, guard = _open(browser, base_url + PAGE)
     try:
-        controls = page.evaluate(CONTROLS_JS)
+        controls = bs.run_js(page, CONTROLS_JS)
         numbers = sorted(k for k, v in controls.items() if v == "number")
         assert numbers == sorted(NUMBERS), numbers
         choices = {k: v for k, v in controls.items() if v != "number"}
@@ -171,7 +171,7 @@ def test_form_equals_choose_backend_on_a_seeded_sample(browser, base_url):
         cases = form_cases(choices)
         states = []
         for start in range(0, len(cases), 2000):
-            states += page.evaluate(RUN_JS, cases[start:start + 2000])
+            states += bs.run_js(page, RUN_JS, cases[start:start + 2000])
         wrong, patched, errors, picks, fired = [], 0, 0, set(), set()
         for form, state in zip(cases, states):
             want, was_patched = python_answer(python_case(form))
@@ -231,7 +231,7 @@ def test_one_case_through_the_visible_form(browser, base_url):
         assert form.locator("[data-verdict=refuses]").count() == 1  # flash, before it
         assert mha_route(case)["why"] in shown
         assert page.locator(".fg-which-kernel [aria-live]").count() == 1
-        unlabelled = page.evaluate(
+        unlabelled = bs.run_js(page,
             "() => [...document.querySelectorAll('.fg-which-kernel select, .fg-which-kernel input')]"
             ".filter(c => !c.labels || c.labels.length === 0).map(c => c.outerHTML)")
         assert not unlabelled, unlabelled
@@ -257,7 +257,7 @@ def test_form_on_a_phone_in_the_dark_palette(browser, base_url):
         form.locator("input[data-key=d_v]").fill("200")
         form.locator("input[data-key=requires_grad]").check()
         assert "check_requires_grad_and_head_dim_gt192" in form.inner_text()
-        phone = page.evaluate(OVERFLOW_JS)
+        phone = bs.run_js(page, OVERFLOW_JS)
         assert phone["scroll"] <= phone["client"] + 1, phone
         assert not guard.console, guard.console
     finally:
@@ -272,11 +272,11 @@ def test_form_after_instant_navigation(browser, base_url):
     context, page, guard = new_page(browser)
     try:
         open_page(page, base_url + "efficiency/backends/")
-        page.evaluate("window.__sameDocument = true")
+        bs.run_js(page, "window.__sameDocument = true")
         page.locator('.md-sidebar--primary a[href$="which-kernel/"]').first.click()
         page.wait_for_url(base_url + PAGE)
         page.wait_for_function(READY)
-        assert page.evaluate("window.__sameDocument === true"), "instant navigation is off"
+        assert bs.run_js(page, "window.__sameDocument === true"), "instant navigation is off"
         page.locator(".fg-which-kernel select[data-key=machine]").select_option("8.0")
         assert json.loads(page.locator(".fg-which-kernel").get_attribute("data-state"))["backend"] \
             == "FLASH_ATTENTION"  # bfloat16 on an A100

@@ -1,0 +1,87 @@
+"""No browser wait without a deadline.
+
+``bs.run_js`` stands in for Playwright's ``page.evaluate`` (which waits for
+ever on a promise that never settles or a page that stops answering), and the
+visit of every page makes a page that passed a deadline once more, alone,
+before it fails.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+import browser_support as bs
+import test_browser
+
+
+@pytest.mark.browser
+def test_run_js_returns_what_evaluate_returns_and_gives_up_on_a_stuck_page(browser):
+    from playwright.sync_api import TimeoutError as StuckPage
+
+    context = browser.new_context()
+    try:
+        page = context.new_page()
+        page.set_content("<p id=x>seven</p>")
+        assert bs.run_js(page, "document.getElementById('x').textContent") == "seven"
+        assert bs.run_js(page, "n => n * 6", 7) == 42
+        assert bs.run_js(page, "async ([a, b]) => a + b", [2, 3]) == 5
+        # A falsy value is a result, not a reason to wait.
+        for falsy in ("0", "false", "null", "''", "undefined"):
+            assert bs.run_js(page, f"() => {falsy}", timeout_ms=2_000) in (0, False, None, "")
+        assert bs.run_js(page, "window.__mark = 1") == 1
+        assert bs.run_js(page, "() => window.__mark") == 1  # called once, in the page
+        for stuck in ("() => new Promise(() => {})", "() => { while (true) {} }"):
+            start = time.perf_counter()
+            with pytest.raises(StuckPage):
+                bs.run_js(page, stuck, timeout_ms=1_000)
+            assert time.perf_counter() - start < 20, stuck
+    finally:
+        context.close()
+
+
+def _fake_report(path: str) -> test_browser.PageReport:
+    report = test_browser.PageReport(
+        path=path or "/", off_host=[], console=[], failed=[], transfer=1, raw_transfer=1,
+        lcp_ms=1.0, lcp_tries=1, math={}, images=[], phone={"scroll": 0})
+    report.search_bytes = (1, 1)
+    return report
+
+
+def test_a_page_that_passes_a_deadline_is_visited_again_once(monkeypatch):
+    from playwright.sync_api import TimeoutError as StuckPage
+
+    misses = {"start": {"c/": 1}, "finish": {"b/": 1}}
+    calls: list[tuple[str, str]] = []
+    recorded: dict = {}
+
+    def start(browser, base_url, path, axe_source):
+        calls.append(("start", path))
+        if misses["start"].get(path, 0) > 0:
+            misses["start"][path] -= 1
+            raise StuckPage(f"Timeout 60000ms exceeded ({path} start)")
+        return _fake_report(path), None, None
+
+    def finish(report, context, page):
+        calls.append(("finish", report.path))
+        if misses["finish"].get(report.path, 0) > 0:
+            misses["finish"][report.path] -= 1
+            raise StuckPage(f"Timeout 60000ms exceeded ({report.path} finish)")
+
+    monkeypatch.setattr(test_browser, "_start_visit", start)
+    monkeypatch.setattr(test_browser, "_finish_visit", finish)
+    monkeypatch.setattr(test_browser, "_record", lambda key, value: recorded.update({key: value}))
+    monkeypatch.setattr(test_browser, "AXE_KEY_PAGES", [])
+
+    reports = test_browser.visit_every_page(None, "http://127.0.0.1:1/", ["a/", "b/", "c/", "d/"])
+    assert list(reports) == ["a/", "b/", "c/", "d/"]
+    assert calls.count(("start", "b/")) == 2 and calls.count(("start", "c/")) == 2
+    assert calls.count(("finish", "a/")) == 1 and calls.count(("finish", "d/")) == 1
+    assert set(recorded["pages"]["visited_again"]) == {"b/", "c/"}
+    assert "b/ finish" in recorded["pages"]["visited_again"]["b/"]
+
+    # A page that misses its deadline twice fails the visit, naming the wait.
+    misses["finish"]["b/"] = 2
+    with pytest.raises(StuckPage, match="b/ finish"):
+        test_browser.visit_every_page(None, "http://127.0.0.1:1/", ["a/", "b/"])
