@@ -75,6 +75,8 @@ def chromium_path() -> str:
 # Script in a page, with a deadline
 # ----------------------------------------------------------------------------
 JS_TIMEOUT_MS = 60_000
+# What a long browser visit is doing now; conftest's slow-test note prints it.
+PROGRESS: dict[str, str] = {}
 _FUNCTION = re.compile(r"^\s*(async\s+)?(function\b|\([^()]*\)\s*=>|[A-Za-z_$][\w$]*\s*=>)")
 
 

@@ -8,6 +8,7 @@ import os
 import pathlib
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -156,9 +157,49 @@ def pytest_xdist_node_collection_finished(node, ids):
             f"({grouped[0]} has no @group suffix): pin the versions in requirements.txt")
 
 
+# A test still running long after any test should have ended says so by name
+# on the console (a worker's own stderr, which pytest does not capture), with
+# what the browser visit was doing: faulthandler_timeout's stacks say where a
+# thread waits, but not which test, and not inside Playwright's greenlet.
+SLOW_TEST_S = 900
+_running: dict[str, object] = {}
+_console: list[int] = []  # a copy of stderr taken in pytest_configure, before capture resumes
+
+
+def pytest_runtest_logstart(nodeid, location):
+    _running.update(nodeid=nodeid, since=time.monotonic(), next_note=SLOW_TEST_S)
+
+
+def pytest_runtest_logfinish(nodeid, location):
+    _running.clear()
+
+
+def _note_slow_tests() -> None:
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    while True:
+        time.sleep(10)
+        now = dict(_running)
+        if not now or time.monotonic() - now["since"] < now["next_note"]:
+            continue
+        doing = getattr(sys.modules.get("browser_support"), "PROGRESS", {})
+        note = (f"\n[{worker}] still running after {time.monotonic() - now['since']:.0f} s: {now['nodeid']}"
+                + (f" ({', '.join(f'{k}: {v}' for k, v in doing.items())})" if doing else "") + "\n")
+        os.write(_console[0], note.encode())
+        if _running.get("nodeid") == now["nodeid"]:
+            _running["next_note"] = now["next_note"] + SLOW_TEST_S
+
+
+def pytest_sessionstart(session):
+    # In an xdist worker or a run in one process; xdist's controller only relays.
+    config = session.config
+    if _console and (hasattr(config, "workerinput") or not config.pluginmanager.getplugin("dsession")):
+        threading.Thread(target=_note_slow_tests, name="slow-test-note", daemon=True).start()
+
+
 def pytest_configure(config):
     """Under xdist each worker gets an equal share of the cores for torch's own
     threads, so two workers on two cores do not each start two threads."""
+    _console[:] = [os.dup(2)]  # capture is suspended while plugins configure
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
     if workers > 1:
         import torch

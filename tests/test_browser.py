@@ -399,6 +399,7 @@ def visit_every_page(browser, base_url: str, pages: list[str]) -> dict[str, Page
     retried: dict[str, str] = {}
 
     def begin(path: str):
+        bs.PROGRESS["visit"] = f"loading {path or '/'} ({len(reports) + 1} of {len(pages)})"
         visit = _start_visit(browser, base_url, path, axe_source if path in audited else None)
         visit[0].audited = path in audited
         return visit
@@ -421,6 +422,7 @@ def visit_every_page(browser, base_url: str, pages: list[str]) -> dict[str, Page
         except StuckPage as error:
             current, stuck = None, error
         if pending:
+            bs.PROGRESS["visit"] = f"auditing {pending[1][0].path}"
             try:
                 _finish_visit(*pending[1])
             except StuckPage as error:
@@ -435,6 +437,7 @@ def visit_every_page(browser, base_url: str, pages: list[str]) -> dict[str, Page
             _finish_visit(*pending[1])
         except StuckPage as error:
             reports[pending[1][0].path] = again(pending[0], error)
+    bs.PROGRESS["visit"] = "measuring LCP again and auditing the dark palette"
     # Search runs on the audited pages only (one worker, one index, the same on
     # every page); a page visited without it is charged the bytes they cost.
     searched = [r.search_bytes for r in reports.values() if r.searched]
@@ -454,6 +457,7 @@ def visit_every_page(browser, base_url: str, pages: list[str]) -> dict[str, Page
                 report.lcp_ms = min(report.lcp_ms, again)
     dark = {f"{p or '/'} (dark)": _axe_dark(browser, base_url, p, axe_source) for p in AXE_KEY_PAGES if p in pages}
     seconds = time.perf_counter() - start
+    bs.PROGRESS.clear()
 
     heaviest = max(reports.values(), key=lambda r: r.transfer)
     timed = [r for r in reports.values() if r.lcp_ms is not None]
