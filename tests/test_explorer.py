@@ -191,11 +191,11 @@ def _page_weights(page, heads: int, n: int) -> torch.Tensor:
 def _screenshot(locator, name: str) -> None:
     """Save one widget to test-artifacts/screenshots, without the sticky header over it."""
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    locator.bs.run_js(page, "() => document.querySelector('.md-header').style.visibility = 'hidden'")
+    bs.run_js(locator.page, "() => document.querySelector('.md-header').style.visibility = 'hidden'")
     try:
         locator.screenshot(path=str(SCREENSHOTS / name))
     finally:
-        locator.bs.run_js(page, "() => document.querySelector('.md-header').style.visibility = ''")
+        bs.run_js(locator.page, "() => document.querySelector('.md-header').style.visibility = ''")
 
 
 def _choose(page, role: str, value: str) -> None:
