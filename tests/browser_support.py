@@ -99,6 +99,14 @@ def run_js(page, js: str, arg=None, *, timeout_ms: int = JS_TIMEOUT_MS):
         handle.dispose()
 
 
+def run_js_on(target, js: str, arg=None, *, timeout_ms: int = JS_TIMEOUT_MS):
+    """``target.evaluate(js, arg)`` for a Locator or an ElementHandle, with
+    ``run_js``'s deadline: ``js`` is called with the element and ``arg``."""
+    element = target.element_handle(timeout=timeout_ms) if hasattr(target, "element_handle") else target
+    return run_js(element.owner_frame().page, f"([element, arg]) => ({js})(element, arg)", [element, arg],
+                  timeout_ms=timeout_ms)
+
+
 COMPRESSIBLE = {".html", ".css", ".js", ".json", ".xml", ".svg", ".txt", ".map", ".py"}
 
 

@@ -718,7 +718,7 @@ def test_copy_button_copies_exactly_the_snippet_section(browser, base_url, pages
                 if want is None:
                     continue
                 block = blocks.nth(index)
-                block.evaluate(REVEAL_JS)
+                bs.run_js_on(block, REVEAL_JS)
                 bs.run_js(page, "navigator.clipboard.writeText('')")
                 block.locator(".md-code__button[data-md-type=copy], .md-clipboard").first.click()
                 page.wait_for_function("async () => (await navigator.clipboard.readText()).length > 0")
@@ -796,7 +796,7 @@ def test_palette_toggle_and_figures_in_both_palettes(browser, base_url, pages):
             page.locator("form[data-md-component=palette] label:not([hidden])").click()
             page.wait_for_function(f"() => document.body.getAttribute('data-md-color-scheme') === '{next_scheme}'")
             if next_scheme == "slate":
-                background = figures.first.evaluate("img => getComputedStyle(img).backgroundColor")
+                background = bs.run_js_on(figures.first, "img => getComputedStyle(img).backgroundColor")
                 assert background in ("rgb(255, 255, 255)", "rgba(0, 0, 0, 0)"), background
         assert bs.run_js(page, scheme) == "default"
         assert not guard.console, guard.console
@@ -1038,7 +1038,7 @@ def test_figures_open_full_size_and_close_with_the_keyboard(browser, base_url, p
                 if attempt == 4:
                     raise
                 page.wait_for_timeout(200)
-        shown = figure.evaluate("img => ({width: img.getBoundingClientRect().width, natural: img.naturalWidth})")
+        shown = bs.run_js_on(figure, "img => ({width: img.getBoundingClientRect().width, natural: img.naturalWidth})")
         assert shown["natural"] > shown["width"] + 50, f"the figure is not squeezed here, nothing to test: {shown}"
         src = figure.get_attribute("src")[:60]
 

@@ -8,6 +8,7 @@ before it fails.
 
 from __future__ import annotations
 
+import ast
 import time
 
 import pytest
@@ -32,6 +33,8 @@ def test_run_js_returns_what_evaluate_returns_and_gives_up_on_a_stuck_page(brows
             assert bs.run_js(page, f"() => {falsy}", timeout_ms=2_000) in (0, False, None, "")
         assert bs.run_js(page, "window.__mark = 1") == 1
         assert bs.run_js(page, "() => window.__mark") == 1  # called once, in the page
+        assert bs.run_js_on(page.locator("#x"), "(el, suffix) => el.textContent + suffix", "!") == "seven!"
+        assert bs.run_js_on(page.locator("#x").element_handle(), "el => el.id") == "x"
         for stuck in ("() => new Promise(() => {})", "() => { while (true) {} }"):
             start = time.perf_counter()
             with pytest.raises(StuckPage):
@@ -85,3 +88,14 @@ def test_a_page_that_passes_a_deadline_is_visited_again_once(monkeypatch):
     misses["finish"]["b/"] = 2
     with pytest.raises(StuckPage, match="b/ finish"):
         test_browser.visit_every_page(None, "http://127.0.0.1:1/", ["a/", "b/"])
+
+
+def test_no_browser_test_calls_evaluate_directly():
+    """Every script a browser test runs in a page goes through bs.run_js or
+    bs.run_js_on, so none of them can wait without a deadline."""
+    found = []
+    for path in sorted(bs.ROOT.joinpath("tests").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "evaluate":
+                found.append(f"{path.name}:{node.lineno}")
+    assert not found, f"evaluate() without a deadline (use bs.run_js / bs.run_js_on): {found}"

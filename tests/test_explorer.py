@@ -202,7 +202,7 @@ def _choose(page, role: str, value: str) -> None:
     """Pick an option by its value (Playwright's ``value=`` also matches labels:
     the layer select's option "0" is labelled "1")."""
     select = page.locator(f".fg-explorer select[data-role={role}]")
-    index = select.evaluate("(s, v) => [...s.options].findIndex(o => o.value === v)", value)
+    index = bs.run_js_on(select, "(s, v) => [...s.options].findIndex(o => o.value === v)", value)
     assert index >= 0, f"no option {value!r} in the {role} select"
     select.select_option(index=index)
     assert select.input_value() == value
@@ -491,7 +491,7 @@ def test_playground_softmax_equals_torch(chromium, base_url):
             for j, s in enumerate(scores):
                 inputs.nth(j).fill(str(s))
             for slider in ("0", "-1", "1.3"):
-                page.locator(".fg-softmax-playground input[data-role=scale]").evaluate(
+                bs.run_js_on(page.locator(".fg-softmax-playground input[data-role=scale]"),
                     "(el, v) => { el.value = v; el.dispatchEvent(new Event('input', {bubbles: true})); }", slider)
                 got = bs.run_js(page, PLAYGROUND_JS)
                 want, norm = _expected(scores, got["alpha"])
@@ -517,7 +517,7 @@ def test_playground_softmax_equals_torch(chromium, base_url):
         print(f"\nplayground: {checked} settings equal torch.softmax to 1e-6")
         for j, s in enumerate([3, 1, 0.5, -1, 2]):
             inputs.nth(j).fill(str(s))
-        page.locator(".fg-softmax-playground input[data-role=scale]").evaluate(
+        bs.run_js_on(page.locator(".fg-softmax-playground input[data-role=scale]"),
             "el => { el.value = '0.3'; el.dispatchEvent(new Event('input', {bubbles: true})); }")
         _screenshot(page.locator(".fg-softmax-playground"), "softmax-playground-light.png")
     finally:
