@@ -198,8 +198,10 @@ def pytest_sessionstart(session):
 
 def pytest_configure(config):
     """Under xdist each worker gets an equal share of the cores for torch's own
-    threads, so two workers on two cores do not each start two threads."""
-    _console[:] = [os.dup(2)]  # capture is suspended while plugins configure
+    threads, so two workers on two cores do not each start two threads. Also
+    keeps a copy of stderr for the slow-test note: capture is suspended while
+    plugins configure."""
+    _console[:] = [os.dup(2)]
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
     if workers > 1:
         import torch

@@ -404,7 +404,7 @@ def visit_every_page(browser, base_url: str, pages: list[str]) -> dict[str, Page
         visit[0].audited = path in audited
         return visit
 
-    def again(path: str, error: Exception) -> PageReport:
+    def revisit(path: str, error: Exception) -> PageReport:
         # A page that passed a deadline (bs.run_js, Playwright's waits) is
         # visited once more, alone, in a fresh context; a second miss fails.
         if path in retried:
@@ -415,28 +415,28 @@ def visit_every_page(browser, base_url: str, pages: list[str]) -> dict[str, Page
         _finish_visit(*visit)
         return visit[0]
 
+    def finish(path: str, visit) -> None:
+        bs.PROGRESS["visit"] = f"auditing {visit[0].path}"
+        try:
+            _finish_visit(*visit)
+        except StuckPage as error:
+            reports[visit[0].path] = revisit(path, error)
+
     pending = None  # (url path, visit) whose axe run is still going
     for path in pages:
         try:
-            current, stuck = begin(path), None
+            current = (path, begin(path))
         except StuckPage as error:
             current, stuck = None, error
         if pending:
-            bs.PROGRESS["visit"] = f"auditing {pending[1][0].path}"
-            try:
-                _finish_visit(*pending[1])
-            except StuckPage as error:
-                reports[pending[1][0].path] = again(pending[0], error)
-        if stuck is not None:
-            reports[path or "/"] = again(path, stuck)
-        pending = (path, current) if current else None
+            finish(*pending)
         if current:
-            reports[current[0].path] = current[0]
+            reports[current[1][0].path] = current[1][0]
+        else:
+            reports[path or "/"] = revisit(path, stuck)
+        pending = current
     if pending:
-        try:
-            _finish_visit(*pending[1])
-        except StuckPage as error:
-            reports[pending[1][0].path] = again(pending[0], error)
+        finish(*pending)
     bs.PROGRESS["visit"] = "measuring LCP again and auditing the dark palette"
     # Search runs on the audited pages only (one worker, one index, the same on
     # every page); a page visited without it is charged the bytes they cost.
