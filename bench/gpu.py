@@ -23,7 +23,9 @@ Every speed row carries a correctness check against the MATH backend (attention:
 the output and, for forward + backward, the gradients, on one batch element and
 two heads; decoding: the tokens of the cached run forced onto MATH). The JSON
 records its provenance: GPU, torch, CUDA, cuDNN and Triton versions, date and git
-commit. Without a CUDA device the script says so and exits with status 2,
+commit. The GPU run goes in steps, every section at N = 4096 first, and rewrites
+the file after each step, so a run cut short keeps what it measured and the page
+names the steps it did not reach. Without a CUDA device the script says so and exits with status 2,
 writing nothing (``--cpu-smoke`` runs the tiny CPU version, for the tests).
 """
 
@@ -434,6 +436,10 @@ def render_markdown(results: dict, source: str = "") -> str:
             for r in rows:
                 lines.append(f"| {r['method']} | {r['shape']['N']} | {_num(r['ms'])} | {_check(r)} |")
         lines.append("")
+    steps = results.get("steps")
+    if steps and steps.get("done") != steps.get("planned"):
+        missing = [n for n in steps["planned"] if n not in steps["done"]]
+        lines += [f"This run stopped before it measured: {', '.join(missing)}.", ""]
     if results.get("targets"):
         lines += ["**targets** (ratios within this run; above 1, the first is faster)", "",
                   "| target | ratio | needed | met |", "|---|---|---|---|"]
@@ -498,22 +504,48 @@ def main(argv: list[str] | None = None) -> int:
     device = torch.device("cuda")
     sizes = [4096] if args.quick else [4096, 8192, 16384]
     iters = 5 if args.quick else 20
-    rows = bench_attention(device, torch.bfloat16, sizes=sizes, widths=[64, 128], B=4, H=16, smoke=False,
-                           iters=iters)
-    rows += bench_window(device, torch.bfloat16, sizes=sizes, d=64, B=4, H=16, window=256, smoke=False,
-                         iters=iters)
-    for dtype in (torch.float32, torch.bfloat16):
-        rows += bench_decode(device, dtype, d_model=768, n_heads=12, n_layers=12, vocab=50257, prompt_len=512,
-                             n_new=256, compile_static=True)
-    rows += bench_decode(torch.device("cpu"), torch.float32, d_model=256, n_heads=8, n_layers=4, vocab=4096,
-                         prompt_len=128, n_new=64, compile_static=False, label=" (CPU, reduced size)")
-    results = {"schema": SCHEMA, "kind": "gpu", "provenance": provenance(device), "rows": rows,
-               "targets": targets(rows)}
     out = args.out or RESULTS / f"gpu-{datetime.date.today().isoformat()}.json"
-    write_results(results, out)
+    steps = plan_gpu_steps(device, sizes, iters)
+    rows: list[dict] = []
+    done: list[str] = []
+    start = time.perf_counter()
+    for name, step in steps:
+        print(f"bench/gpu.py: {name} ({time.perf_counter() - start:.0f} s so far)", flush=True)
+        rows += step()
+        done.append(name)
+        # written after every step, so a run cut short keeps (and says) what it measured
+        results = {"schema": SCHEMA, "kind": "gpu", "provenance": provenance(device), "rows": rows,
+                   "targets": targets(rows), "steps": {"planned": [n for n, _ in steps], "done": list(done)}}
+        write_results(results, out)
     print(render_markdown(results))
-    print(f"wrote {out}")
+    print(f"wrote {out} after {time.perf_counter() - start:.0f} s")
     return 0 if all(r["check"]["ok"] for r in rows if r.get("ms") is not None) else 1
+
+
+def plan_gpu_steps(device: torch.device, sizes: list[int], iters: int) -> list[tuple[str, object]]:
+    """The GPU run in steps, cheapest first: every section at the smallest N (decoding
+    included), then attention and the window at each larger N."""
+    def attention(N):
+        return lambda: bench_attention(device, torch.bfloat16, sizes=[N], widths=[64, 128], B=4, H=16,
+                                       smoke=False, iters=iters)
+
+    def window(N):
+        return lambda: bench_window(device, torch.bfloat16, sizes=[N], d=64, B=4, H=16, window=256,
+                                    smoke=False, iters=iters)
+
+    def decode(dtype):
+        return lambda: bench_decode(device, dtype, d_model=768, n_heads=12, n_layers=12, vocab=50257,
+                                    prompt_len=512, n_new=256, compile_static=True)
+
+    cpu_decode = ("decode, CPU at a reduced size",
+                  lambda: bench_decode(torch.device("cpu"), torch.float32, d_model=256, n_heads=8, n_layers=4,
+                                       vocab=4096, prompt_len=128, n_new=64, compile_static=False,
+                                       label=" (CPU, reduced size)"))
+    steps = [(f"attention N={sizes[0]}", attention(sizes[0])), (f"window N={sizes[0]}", window(sizes[0])),
+             ("decode float32", decode(torch.float32)), ("decode bfloat16", decode(torch.bfloat16)), cpu_decode]
+    for N in sizes[1:]:
+        steps += [(f"attention N={N}", attention(N)), (f"window N={N}", window(N))]
+    return steps
 
 
 if __name__ == "__main__":

@@ -13,6 +13,11 @@
 # 4. With --commit, commits that file.
 #
 # GPU_PASS_OUT=<folder> also copies the JSON and the logs there.
+# GPU_PASS_WORKERS=<n> sets pytest's workers (default 4); GPU_PASS_TESTS_S and
+# GPU_PASS_BENCH_S cap the tests' and the benchmark's seconds (for a lease with a
+# fixed budget: bench/gpu.py writes its file after every step, so a capped run
+# keeps what it measured). GPU_PASS_UNTIL=<epoch seconds> ends the benchmark by
+# then, whatever the tests left.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python}"
@@ -41,16 +46,20 @@ EOF
 
 logs="$(mktemp -d)"
 echo "gpu_pass: unit tests on CUDA (log: $logs/tests.log)"
-FIELD_GUIDE_TEST_DEVICES=cuda "$PYTHON" -m pytest -q -p no:cacheprovider -m "not site and not browser" \
-  -n 4 2>&1 | tee "$logs/tests.log"
+FIELD_GUIDE_TEST_DEVICES=cuda ${GPU_PASS_TESTS_S:+timeout -s INT -k 20 "$GPU_PASS_TESTS_S"} "$PYTHON" -m pytest -q -p no:cacheprovider -m "not site and not browser" \
+  -n "${GPU_PASS_WORKERS:-4}" 2>&1 | tee "$logs/tests.log"
 tests=${PIPESTATUS[0]}
 if [ "$tests" -eq 5 ]; then
   echo "gpu_pass: pytest collected no test on CUDA: the device was not seen by the tests" >&2
 fi
 
+if [ -n "${GPU_PASS_UNTIL:-}" ]; then
+  GPU_PASS_BENCH_S=$(( GPU_PASS_UNTIL - $(date +%s) ))
+  [ "$GPU_PASS_BENCH_S" -gt 30 ] || GPU_PASS_BENCH_S=30
+fi
 before=$(ls bench/results/gpu-*.json 2>/dev/null | sort | tail -1)
 echo "gpu_pass: bench/gpu.py (log: $logs/bench.log)"
-"$PYTHON" bench/gpu.py 2>&1 | tee "$logs/bench.log"
+PYTHONUNBUFFERED=1 ${GPU_PASS_BENCH_S:+timeout -k 20 "$GPU_PASS_BENCH_S"} "$PYTHON" bench/gpu.py 2>&1 | tee "$logs/bench.log"
 bench=${PIPESTATUS[0]}
 written=$(ls bench/results/gpu-*.json 2>/dev/null | sort | tail -1)
 
