@@ -26,7 +26,7 @@ NUMBER = re.compile(r"\d[\d,.]*\s*(ms|µs|us|ns|GB/s|TB/s|[TP]FLOP/?s|FLOP per b
 BEHAVIOUR = re.compile(r"\b(faster|slower|launch-bound|memory-bound|compute-bound|the default|by default|"
                        r"comes first|runs first|tries it first|outrun)\b|\bmeasured (on|at|with|by)\b|"
                        r"what (it|a GPU) measured", re.I)
-BACKING = re.compile(r"arXiv:\d{4}\.\d{4,5}|[(;]\s?source:\s[^)]+\)|gpu-json: (?P<json>bench/results/\S+?\.json)")
+BACKING = re.compile(r"arXiv:\d{4}\.\d{4,5}|[(;]\s?source:\s[^)]+\)|gpu-json:\s+(?P<json>bench/results/\S+?\.json)")
 PLAN = re.compile(r"bench/gpu\.py`? (will|would) ")
 
 
