@@ -117,3 +117,56 @@ def test_gpu_pass_without_cuda_says_so_and_writes_nothing(tmp_path):
     assert result.returncode == 2, result.stdout + result.stderr
     assert "no CUDA device" in result.stderr
     assert sorted(gpu.RESULTS.glob("gpu-*.json")) == before and not (tmp_path / "out").exists()
+
+
+def test_decoding_may_part_from_the_reference_only_at_a_tie():
+    """A token changed where the logits are far apart fails; identical tokens pass."""
+    from snippets.efficiency.kv_cache import TinyDecoder, generate
+
+    torch.manual_seed(0)
+    model = TinyDecoder(500, 64, 4, 2, max_len=48).eval().to(torch.bfloat16)
+    prompt = torch.randint(0, 500, (1, 16))
+    reference = generate(model, prompt, 24)
+    assert gpu.decode_check(model, reference, reference, 16) == {
+        "against": gpu.decode_check(model, reference, reference, 16)["against"], "same_tokens": 1.0, "ok": True}
+    wrong = reference.clone()
+    wrong[0, 20] = (wrong[0, 20] + 1) % 500
+    check = gpu.decode_check(model, wrong, reference, 16)
+    assert not check["ok"] and check["agree_until"] == 4 and check["gap"] > check["tol"] > 0
+    # give another token the same output row as the reference's token at that
+    # step: the two tie exactly, and a run that takes the other one passes
+    t = int(reference[0, 20])
+    u = (t + 1) % 500
+    with torch.no_grad():
+        model.head.weight[u] = model.head.weight[t]
+        if model.head.bias is not None:
+            model.head.bias[u] = model.head.bias[t]
+    reference = generate(model, prompt, 24)
+    assert int(reference[0, 20]) in (t, u)
+    other = reference.clone()
+    other[0, 20] = u + t - int(reference[0, 20])
+    tied = gpu.decode_check(model, other, reference, 16)
+    assert tied["ok"] and tied["gap"] == 0.0 and tied["agree_until"] == 4
+
+
+def test_the_gpu_run_is_planned_cheapest_first_and_a_cut_run_says_what_it_missed(smoke):
+    names = [name for name, _ in gpu.plan_gpu_steps(torch.device("cpu"), [4096, 8192, 16384], 1)]
+    assert names == ["attention N=4096", "window N=4096", "decode float32", "decode bfloat16",
+                     "decode, CPU at a reduced size", "attention N=8192", "window N=8192",
+                     "attention N=16384", "window N=16384"]
+    cut = {**smoke, "steps": {"planned": names, "done": names[:-1]}}
+    assert "This run stopped before it measured: window N=16384." in gpu.render_markdown(cut)
+    whole = {**smoke, "steps": {"planned": names, "done": names}}
+    assert "stopped before" not in gpu.render_markdown(whole)
+
+
+def test_compiled_flex_raises_at_the_recompile_limit_instead_of_falling_back():
+    saved = {k: getattr(torch._dynamo.config, k) for k in
+             ("recompile_limit", "accumulated_recompile_limit", "fail_on_recompile_limit_hit")}
+    try:
+        gpu.compiled_flex()
+        assert torch._dynamo.config.fail_on_recompile_limit_hit is True
+        assert torch._dynamo.config.recompile_limit >= 64
+    finally:
+        for k, v in saved.items():
+            setattr(torch._dynamo.config, k, v)
