@@ -91,7 +91,7 @@ def _worker(rank: int, world_size: int, folder: str, sizes: list[int], repeats: 
     layouts = {"ring": "zigzag", "ulysses": "contiguous", "allgather": "zigzag"}
     rows = []
     for n in sizes:
-        g = torch.Generator().manual_seed(n)
+        g = torch.Generator(device=torch.get_default_device()).manual_seed(n)
         whole = [torch.randn(B, H, n, D_HEAD, generator=g) for _ in range(4)]
         for scheme in SCHEMES:
             q, k, v, grad = (shard_sequence(t, rank, world_size, layouts[scheme]) for t in whole)

@@ -17,7 +17,9 @@
 # GPU_PASS_BENCH_S cap the tests' and the benchmark's seconds (for a lease with a
 # fixed budget: bench/gpu.py writes its file after every step, so a capped run
 # keeps what it measured). GPU_PASS_UNTIL=<epoch seconds> ends the benchmark by
-# then, whatever the tests left.
+# then, whatever the tests left. GPU_PASS_WHEELS=<folder> first installs the
+# wheels bench/gpu_wheels.sh gathered (for a machine with no package index)
+# into a folder of their own, put first on PYTHONPATH.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python}"
@@ -31,6 +33,12 @@ for arg in "$@"; do
   esac
 done
 
+if [ -n "${GPU_PASS_WHEELS:-}" ]; then
+  site="$(mktemp -d)"
+  "$PYTHON" -m pip install -q --no-index --no-deps --no-compile --target "$site" "$GPU_PASS_WHEELS"/*.whl || exit 4
+  export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
+  echo "gpu_pass: installed $(ls "$GPU_PASS_WHEELS"/*.whl | wc -l) wheels from $GPU_PASS_WHEELS"
+fi
 if ! "$PYTHON" -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)"; then
   echo "gpu_pass: no CUDA device is available to torch, so there is no GPU pass to run; nothing was written." >&2
   exit 2

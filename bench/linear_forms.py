@@ -94,7 +94,7 @@ def linear_chunked(q, k, v, chunk: int = 64):
 
 
 def triples(n: int, b: int, h: int, d: int) -> dict[str, dict[str, object]]:
-    gen = torch.Generator().manual_seed(0)
+    gen = torch.Generator(device=torch.get_default_device()).manual_seed(0)
     q, k, v = (torch.randn(b, h, n, d, generator=gen) for _ in range(3))
     g = -torch.rand(b, h, n, d, generator=gen) * 0.1
     k_unit = F.normalize(k, dim=-1)
@@ -140,7 +140,7 @@ def mla_decoding(widths: dict, cache_lengths: list[int], repeats: int) -> list[t
     folded = mla.absorbed_weights()
     mla.absorbed_weights = functools.partial(lambda w: w, folded)  # folded once
     rows = []
-    gen = torch.Generator().manual_seed(1)
+    gen = torch.Generator(device=torch.get_default_device()).manual_seed(1)
     with torch.no_grad():
         for m in cache_lengths:
             cache = LatentCache(1, widths["kv_lora_rank"], widths["rope_dim"], m + 1)

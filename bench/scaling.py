@@ -112,7 +112,7 @@ MAX_N = {"explicit": 4096, "tiled": 4096}
 
 def make_qkv(n: int, *, dtype: torch.dtype = torch.float32, seed: int = 0) -> tuple[torch.Tensor, ...]:
     """Random (B, H, N, d) queries, keys and values."""
-    g = torch.Generator().manual_seed(seed)
+    g = torch.Generator(device=torch.get_default_device()).manual_seed(seed)
     return tuple(torch.randn(B, H, n, D_HEAD, generator=g, dtype=dtype) for _ in range(3))
 
 

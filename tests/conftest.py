@@ -6,6 +6,7 @@ import dataclasses
 import json
 import os
 import pathlib
+import re
 import subprocess
 import sys
 import threading
@@ -244,6 +245,8 @@ HOST_ONLY = {
     "test_explorer",  # the build's model is trained on the CPU
     "test_downloads",  # unpacked examples run in child processes
     "test_browser_layout", "test_calculator_browser", "test_which_kernel_browser",  # the browser's own JS
+    "test_browser_deadlines",  # Playwright's deadlines
+    "test_build_warnings",  # the figure scripts run on the CPU, as the build runs them
 }
 
 
@@ -277,18 +280,42 @@ def pytest_generate_tests(metafunc):
         metafunc.parametrize("device", devices, scope="function")
 
 
+def on_this_device(pattern, device: torch.device):
+    """An expected error message written for the CPU, read for ``device``: the
+    snippets name the device their tensors are on ("on cpu", "device(type='cpu')"),
+    which on a GPU is "on cuda:0"."""
+    if not isinstance(pattern, str) or device.type == "cpu":
+        return pattern
+    return (pattern.replace("on cpu", f"on {device}")
+            .replace(r"device\(type='cpu'\)", re.escape(repr(device))))
+
+
 @pytest.fixture(autouse=True)
 def _tensors_on_device(device):
     """Make ``device`` torch's default for the test. The CPU is torch's own
     default, so nothing is switched there (switching costs every op a Python
-    call)."""
+    call). Elsewhere ``pytest.raises(..., match=...)`` reads a message written
+    for the CPU as naming this device (``on_this_device``)."""
     if device == "cpu":
         yield
         return
     torch.set_default_device(device)
+    here = torch.empty(0).device  # with its index: cuda:0
+    raises = pytest.raises
+
+    def raises_here(*args, match=None, **kwargs):
+        return raises(*args, match=on_this_device(match, here), **kwargs)
+
+    pytest.raises = raises_here
+    # cuDNN runs float32 convolutions and RNNs in TF32 (10 mantissa bits) by
+    # default; the tests hold float32 results to float32's tolerances
+    tf32 = torch.backends.cudnn.allow_tf32
+    torch.backends.cudnn.allow_tf32 = False
     try:
         yield
     finally:
+        torch.backends.cudnn.allow_tf32 = tf32
+        pytest.raises = raises
         torch.set_default_device("cpu")
 
 

@@ -135,13 +135,13 @@ def test_future_keys_stay_out_at_huge_scores():
     n = 6
     q, k = signed_qk(n, 8)
     q, k = q.expand(2, 4, n, 8), k.expand(2, 4, n, 8)
-    v = 1e6 * torch.randn(2, 4, n, 8, generator=torch.Generator().manual_seed(1))
+    v = 1e6 * torch.randn(2, 4, n, 8, generator=torch.Generator(device=torch.get_default_device()).manual_seed(1))
     slopes = alibi_slopes(4)
     out = alibi_attention(q, k, v, slopes)
     assert torch.equal(out[..., 0, :], v[..., 0, :])
     k2, v2 = k.clone(), v.clone()
     k2[..., 3:, :] *= 3.0
-    v2[..., 3:, :] = 1e6 * torch.randn(2, 4, n - 3, 8, generator=torch.Generator().manual_seed(2))
+    v2[..., 3:, :] = 1e6 * torch.randn(2, 4, n - 3, 8, generator=torch.Generator(device=torch.get_default_device()).manual_seed(2))
     moved = alibi_attention(q, k2, v2, slopes)
     assert torch.isfinite(out).all()
     assert_close(moved[..., :3, :], out[..., :3, :], rtol=1e-5, atol=1.0)

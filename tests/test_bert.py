@@ -127,7 +127,7 @@ def test_padded_tokens_stay_out_at_huge_scores(written_out):
     ids, segments, key_mask = batch()
     key_mask[0, 1:] = False  # sentence 0: [CLS] and nothing else
     changed = ids.clone()
-    changed[~key_mask] = torch.randint(5, 30, (int((~key_mask).sum()),), generator=torch.Generator().manual_seed(0))
+    changed[~key_mask] = torch.randint(5, 30, (int((~key_mask).sum()),), generator=torch.Generator(device=torch.get_default_device()).manual_seed(0))
     before = m.bert(ids, segment_ids=segments, key_mask=key_mask)
     after = m.bert(changed, segment_ids=segments, key_mask=key_mask)
     assert torch.isfinite(before).all()

@@ -81,8 +81,8 @@ def test_batch_dependent_block_mask_needs_the_batch():
     def valid_keys(b, h, q_idx, kv_idx):
         return kv_idx < lengths[b]
 
-    right = create_block_mask(valid_keys, 2, None, 8, 8, device="cpu", BLOCK_SIZE=4)
-    buggy = create_block_mask(valid_keys, None, None, 8, 8, device="cpu", BLOCK_SIZE=4)
+    right = create_block_mask(valid_keys, 2, None, 8, 8, device=lengths.device, BLOCK_SIZE=4)
+    buggy = create_block_mask(valid_keys, None, None, 8, 8, device=lengths.device, BLOCK_SIZE=4)
     # Query block 0, key block 1 (keys 4..7): needed by sequence 1 only.
     assert bool(right.to_dense()[1, 0, 0, 1]) and not bool(buggy.to_dense()[0, 0, 0, 1])
     q, k, v = (torch.randn(2, 1, 8, 8) for _ in range(3))

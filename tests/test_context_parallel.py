@@ -79,7 +79,7 @@ def _case_id(case: dict) -> str:
 
 def _inputs(case: dict, n: int, index: int):
     """Whole-sequence q, k, v, a key mask (True = real) and an output gradient."""
-    g = torch.Generator().manual_seed(index)
+    g = torch.Generator(device=torch.get_default_device()).manual_seed(index)
     h, h_kv = (8, case["kv_heads"]) if "kv_heads" in case else (HEADS, HEADS)
     q, grad = (torch.randn(2, h, n, 4, generator=g, dtype=case["dtype"]) for _ in range(2))
     k, v = (torch.randn(2, h_kv, n, 4, generator=g, dtype=case["dtype"]) for _ in range(2))

@@ -47,7 +47,7 @@ def dense(q, k, v, keep=None, scale=None, bias=None):
 
 
 def qkv(b=2, h=4, h_kv=None, n=5, m=7, d=8, d_v=None, seed=0):
-    g = torch.Generator().manual_seed(seed)
+    g = torch.Generator(device=torch.get_default_device()).manual_seed(seed)
     q = torch.randn(b, h, n, d, generator=g, dtype=F64)
     k = torch.randn(b, h_kv or h, m, d, generator=g, dtype=F64)
     v = torch.randn(b, h_kv or h, m, d_v or d, generator=g, dtype=F64)
@@ -345,7 +345,7 @@ def test_rope_layout_mixup_changes_the_scores():
 
 def test_sdpa_bool_true_keeps_and_float_adds():
     q, k, v = qkv(n=4, m=6)
-    keep = torch.rand(4, 6, generator=torch.Generator().manual_seed(1)) > 0.4
+    keep = torch.rand(4, 6, generator=torch.Generator(device=torch.get_default_device()).manual_seed(1)) > 0.4
     keep[:, 0] = True
     ref, _ = dense(q, k, v, keep)
     torch.testing.assert_close(F.scaled_dot_product_attention(q, k, v, attn_mask=keep), ref,
@@ -524,6 +524,8 @@ def test_sdpa_and_flex_have_no_window_rope_softcap_or_sink_argument():
 
 def test_varlen_source_lines_hold():
     """torch 2.13 varlen.py: causal is window (-1, 0); (W, 0) goes to flash unchanged."""
+    if not torch.__version__.startswith("2.13."):  # requirements.txt pins 2.13.0
+        pytest.skip(f"the page cites torch 2.13.0's lines; this is torch {torch.__version__}")
     from torch.nn.attention import varlen
     lines = pathlib.Path(varlen.__file__).read_text().splitlines()
     assert "is_causal = window_size == (-1, 0)" in lines[307 - 1]
@@ -535,6 +537,8 @@ def test_varlen_source_lines_hold():
 def test_transformers_source_lines_hold():
     """The transformers lines the page cites (installed 5.24.0)."""
     tf = pytest.importorskip("transformers")
+    if tf.__version__ != "5.24.0":  # requirements-extra.txt pins 5.24.0
+        pytest.skip(f"the page cites transformers 5.24.0's lines; this is {tf.__version__}")
     base = pathlib.Path(tf.__file__).parent
     cited = {
         "modeling_flash_attention_utils.py": {692: "(sliding_window - 1, sliding_window - 1)"},
@@ -664,7 +668,7 @@ def test_every_cell_names_a_test_or_a_source():
 
 def test_page_trap_numbers():
     """The numbers the page prints for its traps (seed 0, float64, torch 2.13 CPU)."""
-    g = torch.Generator().manual_seed(0)
+    g = torch.Generator(device=torch.get_default_device()).manual_seed(0)
 
     def r(*shape):
         return torch.randn(*shape, generator=g, dtype=F64)

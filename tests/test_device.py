@@ -88,3 +88,18 @@ def test_real_machine_choice_is_usable():
 def test_default_dtype_rejects_an_unknown_device_string():
     with pytest.raises(ValueError, match=r"device must name a device such as 'cpu' or 'cuda:0', got 'nonsense'"):
         dev.default_dtype("nonsense")
+
+
+def test_a_message_written_for_the_cpu_is_read_for_the_device_under_test():
+    """conftest.on_this_device: what pytest.raises(match=...) expects on a GPU."""
+    import re
+
+    from conftest import on_this_device
+
+    cuda = torch.device("cuda", 0)
+    written = r"x must be float on cpu, got \(torch.int64, device\(type='cpu'\)\)"
+    assert on_this_device(written, torch.device("cpu")) == written
+    read = on_this_device(written, cuda)
+    assert re.search(read, "x must be float on cuda:0, got (torch.int64, device(type='cuda', index=0))")
+    assert not re.search(read, "x must be float on cpu, got (torch.int64, device(type='cpu'))")
+    assert on_this_device(None, cuda) is None

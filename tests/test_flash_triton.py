@@ -324,7 +324,7 @@ def test_scores_shifted_far_from_zero(flash, shift):
     # A running maximum that started at a finite value (0, or -1e4) instead of
     # -inf would meet only scores near -2e4 and return zeros (exp2 underflows),
     # or overflow at +2e4; the kernel must equal SDPA on the unshifted scores.
-    g = torch.Generator().manual_seed(9)
+    g = torch.Generator(device=torch.get_default_device()).manual_seed(9)
     q, k, v = (torch.randn(1, 2, 19, 15, generator=g) for _ in range(3))
     scale = 16 ** -0.5
     qs = torch.cat([q, torch.ones(1, 2, 19, 1)], dim=-1)

@@ -57,7 +57,7 @@ def _cpu_only(device):
 
 
 def _qkv(b=2, h=2, n=9, m=None, d=8, h_kv=None, seed=0):
-    g = torch.Generator().manual_seed(seed)
+    g = torch.Generator(device=torch.get_default_device()).manual_seed(seed)
     m = n if m is None else m
     h_kv = h if h_kv is None else h_kv
     return (torch.randn(b, h, n, d, generator=g), torch.randn(b, h_kv, m, d, generator=g),

@@ -192,7 +192,7 @@ def _(s):
 @fuzz("history.bert.mask_tokens")
 def _(s):
     return [Call(bert_mod.mask_tokens, {"input_ids": ids(s.b, s.n, high=20), "vocab_size": 20, "select_prob": 0.5,
-                                        "generator": torch.Generator().manual_seed(0)},
+                                        "generator": torch.Generator(device=torch.get_default_device()).manual_seed(0)},
                  {"input_ids": T(INT, rank=2, high=20, device_peer=False), "vocab_size": Bad(0, 4, 2.5, "20", None),
                   "special": Bad(), "select_prob": Bad(0.0, 1.5, "0.1", None),
                   "generator": Bad(0)})]  # torch.rand's own TypeError names generator=int

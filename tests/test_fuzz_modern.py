@@ -572,7 +572,7 @@ _rope_entries(modern_mla, "latent_attention")
 def _(s):
     model = gpt_mod.GPT(_gpt_config(s), _gpt_block)
     return [Call(gpt_mod.generate, {"model": model, "prompt": ids(s.b, s.n, high=11), "max_new_tokens": 2,
-                                    "temperature": 0.5, "generator": torch.Generator().manual_seed(0)},
+                                    "temperature": 0.5, "generator": torch.Generator(device=torch.get_default_device()).manual_seed(0)},
                  {"model": Bad(), "prompt": T(INT, rank=2, high=11), "max_new_tokens": NONNEG_INT,
                   # model, generator: not checked (no caller passes another object)
                   "temperature": Bad(-1.0, "0.5", None, float("nan")), "generator": Bad()})]

@@ -70,7 +70,7 @@ def _(s):
     n = len(parents)
     args = {"target": target, "prefix": ids(1, s.n, high=11),
             "tree_tokens": ids(n, high=11), "parents": parents,
-            "q": torch.full((n, 11), 1 / 11), "generator": torch.Generator()}
+            "q": torch.full((n, 11), 1 / 11), "generator": torch.Generator(device=torch.get_default_device())}
     rules = {"target": Bad(),
              "prefix": T(INT, rank=2, tied=(0,), device_peer=False),
              "tree_tokens": T(INT, rank=1, tied=(0,), device_peer=False, names=("parents",)),

@@ -26,7 +26,7 @@ from tolerance import assert_within_baseline
 
 
 def qkv(b=2, h=3, n=5, m=7, d=4, dtype=torch.float64, seed=0, spread=1.0):
-    g = torch.Generator().manual_seed(seed)
+    g = torch.Generator(device=torch.get_default_device()).manual_seed(seed)
     q = torch.randn(b, h, n, d, generator=g, dtype=dtype) * spread
     k = torch.randn(b, h, m, d, generator=g, dtype=dtype) * spread
     v = torch.randn(b, h, m, d, generator=g, dtype=dtype)
@@ -34,13 +34,13 @@ def qkv(b=2, h=3, n=5, m=7, d=4, dtype=torch.float64, seed=0, spread=1.0):
 
 
 def random_mask(n, m, seed=1):
-    mask = torch.rand(n, m, generator=torch.Generator().manual_seed(seed)) > 0.4
+    mask = torch.rand(n, m, generator=torch.Generator(device=torch.get_default_device()).manual_seed(seed)) > 0.4
     mask[:, 0] = True
     return mask
 
 
 def randomised(module: nn.Module, seed: int = 0) -> nn.Module:
-    g = torch.Generator().manual_seed(seed)
+    g = torch.Generator(device=torch.get_default_device()).manual_seed(seed)
     with torch.no_grad():
         for p in module.parameters():
             p.copy_(torch.randn(p.shape, generator=g, dtype=p.dtype) * 0.5 + (1.0 if p.dim() == 1 else 0.0))
@@ -283,7 +283,7 @@ def test_large_cap_is_shift_invariant_far_below_zero():
 def test_softcap_attention_half_precision_within_rounding_of_float64(dtype, spread):
     """Same rounded inputs, twice the rounding error at most; spread 300 makes
     raw logits overflow float16 before the cap."""
-    g = torch.Generator().manual_seed(0)
+    g = torch.Generator(device=torch.get_default_device()).manual_seed(0)
     q, k, v = (torch.randn(2, 3, 5, 16, generator=g) * s for s in (spread, spread, 1.0))
     q, k, v = q.to(dtype), k.to(dtype), v.to(dtype)
     exact = softcap_attention(q.double(), k.double(), v.double(), cap=50.0)
@@ -302,7 +302,7 @@ def test_softcap_attention_half_precision_within_twice_gemma2s_error(dtype, spre
         pytest.skip("transformers is not installed")
     transformers_support.require_transformers()
     from transformers.models.gemma2.modeling_gemma2 import eager_attention_forward
-    g = torch.Generator().manual_seed(0)
+    g = torch.Generator(device=torch.get_default_device()).manual_seed(0)
     q, k, v = (torch.randn(2, 3, 5, 16, generator=g) * s for s in (spread, spread, 1.0))
     q, k, v = q.to(dtype), k.to(dtype), v.to(dtype)
     exact = softcap_attention(q.double(), k.double(), v.double(), cap=50.0)

@@ -147,7 +147,7 @@ def test_cold_sampling_from_float16_logits_is_greedy():
     prompt = ids(2, n=3)
     logits = m(prompt)[:, -1]
     assert logits.dtype == torch.float16 and logits.abs().max() / 1e-4 > 65504
-    cold = generate(m, prompt, 5, temperature=1e-4, generator=torch.Generator().manual_seed(1))
+    cold = generate(m, prompt, 5, temperature=1e-4, generator=torch.Generator(device=torch.get_default_device()).manual_seed(1))
     assert torch.equal(cold, generate(m, prompt, 5))
     assert torch.equal(cold[:, 3], logits.argmax(-1))
 

@@ -177,8 +177,8 @@ def test_exercise_receptive_field_of_stacked_windows():
     """Exercise 2: L sliding layers of window w let information travel L (w - 1)
     positions back: position 0 reaches query i through L layers iff i <= L (w - 1)."""
     w, n = 3, 12
-    step = layer_mask("sliding_attention", n, window=w).to(torch.int64)
-    reach = torch.eye(n, dtype=torch.int64)
+    step = layer_mask("sliding_attention", n, window=w).float()  # 0/1: exact in float
+    reach = torch.eye(n)
     for layers in range(1, 5):
         reach = (step @ reach).clamp(max=1)
         assert [int(reach[i, 0]) for i in range(n)] == [int(i <= layers * (w - 1)) for i in range(n)]

@@ -45,11 +45,15 @@ def test_known_ulps_and_limits():
 
 
 def test_the_cast_saturates_so_the_scale_must_come_first():
-    """float8_e4m3fn has no infinity: the cast clamps to 448 (NaN stays NaN).
-    A value of 1000 comes back as 448, a 55 % error, unless it is scaled first."""
+    """float8_e4m3fn has no infinity: the CPU's cast clamps to 448 (NaN stays
+    NaN), CUDA's gave NaN (H200, torch 2.11). A value of 1000 comes back as 448,
+    a 55 % error, or as NaN, unless it is scaled first."""
     x = torch.tensor([1000.0, -1e6, float("inf"), float("nan")])
     back = x.to(E4M3).float()
-    assert back[:3].tolist() == [448.0, -448.0, 448.0] and back[3].isnan()
+    if back.device.type == "cpu":
+        assert back[:3].tolist() == [448.0, -448.0, 448.0] and back[3].isnan()
+    else:
+        assert ((back[:3].abs() == 448) | back[:3].isnan()).all() and back[3].isnan()
     scaled = LP.fp8_quantize(torch.tensor([[1000.0, 3.0]]))
     assert abs(scaled[0, 0].item() - 1000.0) <= 1e-4  # 448 / scale: float32's rounding only
 
@@ -58,7 +62,7 @@ def test_the_cast_saturates_so_the_scale_must_come_first():
 
 
 def _rounded(dtype, n=384, seed=0):
-    g = torch.Generator().manual_seed(seed)
+    g = torch.Generator(device=torch.get_default_device()).manual_seed(seed)
     q, k, v = (torch.randn(2, 4, n, 64, generator=g) for _ in range(3))
     low = [t.to(dtype) for t in (q, k, v)]
     exact = F.scaled_dot_product_attention(*(t.double() for t in low))  # same rounded inputs
@@ -132,7 +136,7 @@ def test_per_block_scales_save_the_quiet_blocks():
 
 
 def _outlier_qkv(outlier, seed, n=128, d=64):
-    g = torch.Generator().manual_seed(seed)
+    g = torch.Generator(device=torch.get_default_device()).manual_seed(seed)
     q, k, v = (torch.randn(1, 2, n, d, generator=g, dtype=torch.float64) for _ in range(3))
     q[..., 5] *= outlier  # one channel much louder than the rest, in q and k
     k[..., 5] *= outlier
@@ -147,7 +151,7 @@ def _rmse(a, b):
 def test_a_random_hadamard_rotation_cuts_the_outlier_error(seed):
     q, k, v = _outlier_qkv(20.0, seed)
     exact = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-    g = torch.Generator().manual_seed(100 + seed)
+    g = torch.Generator(device=torch.get_default_device()).manual_seed(100 + seed)
     signs = torch.randint(0, 2, (64,), generator=g) * 2 - 1
     plain = _rmse(LP.fp8_attention(q, k, v, is_causal=True), exact)
     turned = _rmse(LP.fp8_attention(q, k, v, is_causal=True,

@@ -54,7 +54,8 @@ def test_causal_mask_square_is_lower_triangle():
 
 @pytest.mark.parametrize("n,m", [(3, 5), (1, 4), (4, 4)])
 def test_causal_mask_matches_torch_lower_right(n, m):
-    assert torch.equal(causal_mask(n, m), causal_lower_right(n, m)._materialize())
+    mask = causal_mask(n, m)
+    assert torch.equal(mask, causal_lower_right(n, m)._materialize(device=mask.device))
     q, k, v = _qkv(n=n, m=m)
     assert_close(
         F.scaled_dot_product_attention(q, k, v, attn_mask=causal_mask(n, m)),
@@ -196,7 +197,7 @@ def test_masks_hold_at_huge_scores(kind):
     n = 6
     q, k = signed_qk(n, 8)
     q, k = q.expand(2, 2, n, 8), k.expand(2, 2, n, 8)
-    v = 1e6 * torch.randn(2, 2, n, 4, generator=torch.Generator().manual_seed(3))
+    v = 1e6 * torch.randn(2, 2, n, 4, generator=torch.Generator(device=torch.get_default_device()).manual_seed(3))
     mask = combine_masks(causal_mask(n, n), padding_mask(torch.tensor([6, 1]), n))  # (B, 1, N, M)
     attn_mask = mask if kind == "bool" else bool_to_additive(mask)
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask)

@@ -111,7 +111,7 @@ def test_half_precision_within_twice_deepseek_v3s_error(dtype, absorbed):
     exact = MultiHeadLatentAttention(32, 4, kv_lora_rank=8, q_lora_rank=12, qk_nope_head_dim=6, rope_dim=4,
                                      v_head_dim=5, rope_interleaved=True, bias=True).double().eval()
     exact.load_state_dict({k: v.double() for k, v in ours.state_dict().items()})
-    x = (3 * torch.randn(2, 7, 32, generator=torch.Generator().manual_seed(1))).to(dtype)
+    x = (3 * torch.randn(2, 7, 32, generator=torch.Generator(device=torch.get_default_device()).manual_seed(1))).to(dtype)
     positions = torch.arange(7)[None].expand(2, 7)
     mask = torch.full((7, 7), float("-inf"), dtype=dtype).triu(1)[None, None]  # additive, in dtype
     with torch.no_grad():

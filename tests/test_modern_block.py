@@ -39,7 +39,7 @@ B, N, D, H, H_KV, D_FF = 2, 6, 16, 4, 2, 24
 
 def randomised(module: nn.Module, seed: int = 0) -> nn.Module:
     """Every parameter random, norm weights around 1, so no weight hides a bug."""
-    g = torch.Generator().manual_seed(seed)
+    g = torch.Generator(device=torch.get_default_device()).manual_seed(seed)
     with torch.no_grad():
         for p in module.parameters():
             p.copy_(torch.randn(p.shape, generator=g, dtype=p.dtype) * 0.4 + (1.0 if p.dim() == 1 else 0.0))
@@ -48,7 +48,7 @@ def randomised(module: nn.Module, seed: int = 0) -> nn.Module:
 
 def shifted_input(*shape, dtype=torch.float64, seed=1):
     """Random tokens with a non-zero mean: RMSNorm and LayerNorm differ on them."""
-    g = torch.Generator().manual_seed(seed)
+    g = torch.Generator(device=torch.get_default_device()).manual_seed(seed)
     return torch.randn(*shape, generator=g, dtype=dtype) + 0.7
 
 
@@ -239,7 +239,7 @@ def test_attention_equals_the_equations(qk_norm, h_kv):
     x = shifted_input(B, N, D)
     causal = torch.ones(N, N, dtype=torch.bool).tril()
     assert_close(attn(x), attention_reference(attn, x, causal), rtol=1e-10, atol=1e-10)
-    extra = torch.rand(B, 1, N, N, generator=torch.Generator().manual_seed(3)) > 0.3
+    extra = torch.rand(B, 1, N, N, generator=torch.Generator(device=torch.get_default_device()).manual_seed(3)) > 0.3
     extra[..., 0] = True
     assert_close(attn(x, attn_mask=extra), attention_reference(attn, x, causal & extra[:, 0]), rtol=1e-10, atol=1e-10)
 

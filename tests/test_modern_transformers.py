@@ -63,7 +63,7 @@ def config(cls, **kw):
 
 def randomised(module: nn.Module, seed: int = 0) -> nn.Module:
     """Every weight random, in float64; norm weights (1-D, not a bias or a sink) around 1."""
-    g = torch.Generator().manual_seed(seed)
+    g = torch.Generator(device=torch.get_default_device()).manual_seed(seed)
     module = module.double()
     with torch.no_grad():
         for name, p in module.named_parameters():
@@ -74,7 +74,7 @@ def randomised(module: nn.Module, seed: int = 0) -> nn.Module:
 
 def inputs(seed: int = 1):
     """Tokens, positions, and a causal mask with right padding in the second sequence."""
-    g = torch.Generator().manual_seed(seed)
+    g = torch.Generator(device=torch.get_default_device()).manual_seed(seed)
     x = torch.randn(B, N, D, generator=g, dtype=torch.float64) + 0.3
     positions = torch.arange(N).expand(B, N)
     real = torch.ones(B, N, dtype=torch.bool)

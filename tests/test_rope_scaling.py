@@ -38,7 +38,7 @@ LLAMA31 = dict(base=500000.0, factor=8.0, low_freq_factor=1.0, high_freq_factor=
 
 
 def _x(b=2, h=3, n=6, d=8, dtype=torch.float64, seed=0):
-    g = torch.Generator().manual_seed(seed)
+    g = torch.Generator(device=torch.get_default_device()).manual_seed(seed)
     return torch.randn(b, h, n, d, generator=g, dtype=dtype)
 
 
@@ -365,7 +365,7 @@ def test_a_causal_layer_without_positions_counts():
 
 def _nope_layer(x, causal):
     """One attention layer with content-only projections and no position at all."""
-    g = torch.Generator().manual_seed(11)
+    g = torch.Generator(device=torch.get_default_device()).manual_seed(11)
     w_q, w_k, w_v = (torch.randn(x.shape[-1], x.shape[-1], generator=g, dtype=x.dtype) for _ in range(3))
     q, k, v = ((x @ w)[:, None] for w in (w_q, w_k, w_v))  # (B, 1, N, D)
     return F.scaled_dot_product_attention(q, k, v, is_causal=causal)[:, 0] + x  # with a residual

@@ -170,7 +170,7 @@ def test_llama_rotary_embedding_end_to_end(d, params, max_pos):
     else:
         config = llama_config(d, params, max_pos)
         module_cls = llama.LlamaRotaryEmbedding
-    g = torch.Generator().manual_seed(0)
+    g = torch.Generator(device=torch.get_default_device()).manual_seed(0)
     q, k = torch.randn(2, 2, 5, d, generator=g), torch.randn(2, 2, 9, d, generator=g)
     offset = 100
     positions = torch.arange(offset, offset + 9).expand(2, 9)
@@ -198,7 +198,7 @@ def test_gpt_neox_partial_rotary_end_to_end():
     params = dict(rope_type="default", rope_theta=10000.0, partial_rotary_factor=0.25)
     config = hf.GPTNeoXConfig(hidden_size=192, num_attention_heads=2, intermediate_size=8, num_hidden_layers=1,
                               vocab_size=16, max_position_embeddings=64, rope_parameters=params)
-    g = torch.Generator().manual_seed(1)
+    g = torch.Generator(device=torch.get_default_device()).manual_seed(1)
     q, k = torch.randn(1, 2, 7, 96, generator=g), torch.randn(1, 2, 7, 96, generator=g)
     positions = torch.arange(7)[None]
     _, _, q_theirs, k_theirs = _their_rotation(neox.GPTNeoXRotaryEmbedding, neox.apply_rotary_pos_emb, config,
@@ -217,7 +217,7 @@ def test_dynamic_module_follows_the_length_like_transformers():
     params = dict(rope_type="dynamic", rope_theta=10000.0, factor=2.0)
     theirs = llama.LlamaRotaryEmbedding(llama_config(d, params, L))
     mine = ScaledRotaryEmbedding(d, rope_type="dynamic", factor=2.0, original_max_position_embeddings=L)
-    g = torch.Generator().manual_seed(2)
+    g = torch.Generator(device=torch.get_default_device()).manual_seed(2)
     for m in (3 * L, 8, L + 1):
         q = torch.randn(1, 2, m, d, generator=g)
         cos, sin = theirs(q, torch.arange(m)[None])

@@ -196,8 +196,8 @@ def test_masked_keys_stay_out_at_huge_scores(kind):
     n = 6
     q, k = signed_qk(n, 8)
     q, k = q.expand(2, 3, n, 8), k.expand(2, 3, n, 8)
-    v = 1e6 * torch.randn(2, 3, n, 5, generator=torch.Generator().manual_seed(5))
-    allowed = torch.rand(n, n, generator=torch.Generator().manual_seed(6)) > 0.5
+    v = 1e6 * torch.randn(2, 3, n, 5, generator=torch.Generator(device=torch.get_default_device()).manual_seed(5))
+    allowed = torch.rand(n, n, generator=torch.Generator(device=torch.get_default_device()).manual_seed(6)) > 0.5
     allowed |= torch.eye(n, dtype=torch.bool)
     allowed[0] = torch.arange(n) == 0
     if kind == "causal":

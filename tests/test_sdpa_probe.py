@@ -46,7 +46,7 @@ def _tensors(case, device="cpu"):
     c = {**P.DEFAULTS, **case}
     d_v = c["d"] if c["d_v"] is None else c["d_v"]
     dtype = DTYPES[c["dtype"]]
-    g = torch.Generator().manual_seed(0)
+    g = torch.Generator(device=torch.get_default_device()).manual_seed(0)
 
     def rand(*shape):
         t = torch.randn(*shape, generator=g).to(device=device, dtype=dtype)

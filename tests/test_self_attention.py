@@ -86,7 +86,7 @@ def test_masked_keys_stay_out_at_huge_scores():
         m.k_proj.weight.copy_(-m.q_proj.weight)
         m.k_proj.bias.copy_(-m.q_proj.bias)
     x = _x(n=5) * 1e5
-    mask = torch.rand(2, 5, 5, generator=torch.Generator().manual_seed(1)) > 0.5
+    mask = torch.rand(2, 5, 5, generator=torch.Generator(device=torch.get_default_device()).manual_seed(1)) > 0.5
     mask |= torch.eye(5, dtype=torch.bool)
     mask[:, 0] = torch.eye(5, dtype=torch.bool)[0]
     out, weights = m(x, attn_mask=mask)

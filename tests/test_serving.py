@@ -30,7 +30,7 @@ def _one_thread():
 
 
 def _randn(*shape, seed=0, dtype=torch.float32):
-    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=dtype)
+    return torch.randn(*shape, generator=torch.Generator(device=torch.get_default_device()).manual_seed(seed), dtype=dtype)
 
 
 # --- the paged cache ---------------------------------------------------------
@@ -190,7 +190,7 @@ def _models():
 @pytest.mark.parametrize("n_draft", [1, 3, 5])
 def test_speculative_tokens_equal_greedy_tokens(n_draft):
     target, draft = _models()
-    prompt = torch.randint(0, 50, (1, 6), generator=torch.Generator().manual_seed(1))
+    prompt = torch.randint(0, 50, (1, 6), generator=torch.Generator(device=torch.get_default_device()).manual_seed(1))
     want = generate(target, prompt, 20, use_cache=False)
     got, stats = speculative_generate(target, draft, prompt, 20, n_draft=n_draft)
     assert torch.equal(got, want)
@@ -199,7 +199,7 @@ def test_speculative_tokens_equal_greedy_tokens(n_draft):
 
 def test_a_perfect_draft_is_always_accepted():
     target, _ = _models()
-    prompt = torch.randint(0, 50, (1, 5), generator=torch.Generator().manual_seed(2))
+    prompt = torch.randint(0, 50, (1, 5), generator=torch.Generator(device=torch.get_default_device()).manual_seed(2))
     got, stats = speculative_generate(target, target, prompt, 12, n_draft=4)
     assert torch.equal(got, generate(target, prompt, 12, use_cache=False))
     assert stats["accepted"] == stats["proposed"]
@@ -259,7 +259,7 @@ CHI2_999 = {15: 37.70, 24: 51.18, 35: 66.62}  # chi-square quantiles at 0.999, b
 
 
 def _sample_pairs(target, draft, n_draws: int, n_draft: int, seed: int) -> torch.Tensor:
-    g = torch.Generator().manual_seed(seed)
+    g = torch.Generator(device=torch.get_default_device()).manual_seed(seed)
     counts = torch.zeros(target.table.shape[0] ** 2, dtype=torch.float64)
     prompt = torch.tensor([[0]])
     for _ in range(n_draws):
@@ -278,7 +278,7 @@ def test_speculative_sampling_follows_the_target_distribution(which):
     # 0.999 quantile, and the total-variation distance is below 0.05. Resampling
     # from p instead of max(0, p - q), or accepting every proposal, fails both.
     V = 5
-    g = torch.Generator().manual_seed(11)
+    g = torch.Generator(device=torch.get_default_device()).manual_seed(11)
     target_table = 1.5 * torch.randn(V, V, generator=g)
     draft_table = {"identical": target_table.clone(),
                    "good": target_table + 0.3 * torch.randn(V, V, generator=g),

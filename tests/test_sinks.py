@@ -32,7 +32,7 @@ from tolerance import assert_within_baseline
 
 
 def qkv(b=2, h=3, n=5, m=7, d=4, dtype=torch.float64, seed=0, spread=1.0):
-    g = torch.Generator().manual_seed(seed)
+    g = torch.Generator(device=torch.get_default_device()).manual_seed(seed)
     q = torch.randn(b, h, n, d, generator=g, dtype=dtype) * spread
     k = torch.randn(b, h, m, d, generator=g, dtype=dtype) * spread
     v = torch.randn(b, h, m, d, generator=g, dtype=dtype)
@@ -52,7 +52,7 @@ def sdpa_with_sink(q, k, v, sinks, mask):
 
 
 def random_mask(n, m, seed=1, keep_first=True):
-    mask = torch.rand(n, m, generator=torch.Generator().manual_seed(seed)) > 0.4
+    mask = torch.rand(n, m, generator=torch.Generator(device=torch.get_default_device()).manual_seed(seed)) > 0.4
     if keep_first:
         mask[:, 0] = True
     return mask
@@ -182,7 +182,7 @@ def test_sink_window_mask_is_aligned_to_the_lower_right():
 def test_cache_never_grows_past_sinks_plus_window_over_a_long_decode():
     n_sink, window, steps = 4, 6, 400
     cache = SinkCache(n_sink, window)
-    g = torch.Generator().manual_seed(0)
+    g = torch.Generator(device=torch.get_default_device()).manual_seed(0)
     stream = torch.randn(1, 2, steps, 3, generator=g)
     for t in range(steps):
         cache.update(stream[..., t : t + 1, :], -stream[..., t : t + 1, :])

@@ -136,7 +136,7 @@ def test_keys_outside_the_window_stay_out_at_huge_scores(causal, window, chunk):
     n = 8
     q, k = signed_qk(n, 8)
     q, k = q.expand(2, 2, n, 8), k.expand(2, 2, n, 8)
-    v = 1e6 * torch.randn(2, 2, n, 5, generator=torch.Generator().manual_seed(4))
+    v = 1e6 * torch.randn(2, 2, n, 5, generator=torch.Generator(device=torch.get_default_device()).manual_seed(4))
     out = sliding_window_attention(q, k, v, window, causal=causal, chunk_size=chunk)
     assert_matches(out, expected_output(v, sliding_window_mask(n, window, causal=causal)))
     if causal:

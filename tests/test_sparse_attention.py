@@ -173,7 +173,7 @@ def test_masked_keys_stay_masked_at_scores_far_below_zero(big):
     tol = F64 if big < 1e6 else dict(atol=1e-4, rtol=1e-4)
     q, k, v = _qkv(n=24)
     q, k = _shifted(q, k, big)
-    mask = torch.rand(2, 1, 24, 24, generator=torch.Generator().manual_seed(1)) > 0.4
+    mask = torch.rand(2, 1, 24, 24, generator=torch.Generator(device=torch.get_default_device()).manual_seed(1)) > 0.4
     mask[..., 0] = True
     assert_close(attend_masked(q, k, v, mask), F.scaled_dot_product_attention(q, k, v, attn_mask=mask), **tol)
     index = torch.randn(2, 24, 24, dtype=torch.float64)

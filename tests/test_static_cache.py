@@ -44,7 +44,7 @@ def test_every_parameter_is_randomised():
 
 def test_tokens_equal_dynamic_cache_and_recompute():
     model = tiny_model()
-    prompt = torch.randint(0, 37, (2, 5), generator=torch.Generator().manual_seed(1)).to(torch.get_default_device())
+    prompt = torch.randint(0, 37, (2, 5), generator=torch.Generator(device=torch.get_default_device()).manual_seed(1)).to(torch.get_default_device())
     ours = generate_static(model, prompt, 14)
     assert torch.equal(ours, generate(model, prompt, 14, use_cache=True))
     assert torch.equal(ours, generate(model, prompt, 14, use_cache=False))
@@ -54,7 +54,7 @@ def test_tokens_equal_dynamic_cache_and_recompute():
 @torch.no_grad()
 def test_step_logits_and_chunk_mask_equal_dynamic_cache():
     model = tiny_model(2)
-    tokens = torch.randint(0, 37, (1, 12), generator=torch.Generator().manual_seed(3)).to(torch.get_default_device())
+    tokens = torch.randint(0, 37, (1, 12), generator=torch.Generator(device=torch.get_default_device()).manual_seed(3)).to(torch.get_default_device())
     dynamic = model.new_cache(1, 12)
     static = StaticKVCache.for_model(model, 1, 12)
     # prefill 5, a chunk of 4 (lower-right triangle over 9 keys), then 3 single tokens
@@ -71,7 +71,7 @@ def test_compiled_step_is_one_graph_with_no_recompiles():
     torch._dynamo.reset()
     counter = CompileCounter()  # a backend that counts the graphs it is handed and runs them eagerly
     model = tiny_model(4)
-    prompt = torch.randint(0, 37, (1, 4), generator=torch.Generator().manual_seed(5)).to(torch.get_default_device())
+    prompt = torch.randint(0, 37, (1, 4), generator=torch.Generator(device=torch.get_default_device()).manual_seed(5)).to(torch.get_default_device())
     ours = generate_static(model, prompt, 8, compile_options={"backend": counter, "fullgraph": True})
     assert torch.equal(ours, generate(model, prompt, 8))
     assert counter.frame_count == 1, f"the step was compiled {counter.frame_count} times over 7 positions"

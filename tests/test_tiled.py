@@ -55,7 +55,7 @@ def test_online_softmax_is_shift_invariant_far_from_zero(shift, block_size):
     # is exact in float32 and both sides see the same differences. A running
     # maximum that starts at 0, or no maximum at all, turns exp(x + c) into 0
     # (c = -2e4) or inf (c = +2e4); the rescaled running sum never leaves exp's range.
-    x = torch.round(torch.randn(2, 5, 13, generator=torch.Generator().manual_seed(0)) * 256) / 64
+    x = torch.round(torch.randn(2, 5, 13, generator=torch.Generator(device=torch.get_default_device()).manual_seed(0)) * 256) / 64
     out = online_softmax(x + shift, block_size=block_size)
     torch.testing.assert_close(out, torch.softmax(x, dim=-1))
 
@@ -68,7 +68,7 @@ def test_tiled_attention_is_shift_invariant_far_from_zero(shift, block_size_k, b
     # query: q' = [q, 1], k' = [k, c / scale]. Softmax does not see it, so the
     # output must equal SDPA on the unshifted scores (up to float32 rounding of
     # scores near 2e4, about 1e-3).
-    g = torch.Generator().manual_seed(1)
+    g = torch.Generator(device=torch.get_default_device()).manual_seed(1)
     q, k = torch.randn(2, 3, 7, 8, generator=g), torch.randn(2, 3, 9, 8, generator=g)
     v = torch.randn(2, 3, 9, 5, generator=g)
     scale = 8 ** -0.5
@@ -90,7 +90,7 @@ def test_future_keys_stay_out_at_huge_scores(block_size_k, block_size_q):
     n = 7
     q, k = signed_qk(n, 8)
     q, k = q.expand(2, 2, n, 8), k.expand(2, 2, n, 8)
-    v = 1e6 * torch.randn(2, 2, n, 5, generator=torch.Generator().manual_seed(2))
+    v = 1e6 * torch.randn(2, 2, n, 5, generator=torch.Generator(device=torch.get_default_device()).manual_seed(2))
     out = tiled_attention(q, k, v, is_causal=True, block_size_k=block_size_k, block_size_q=block_size_q)
     assert_matches(out, expected_output(v, lower_right_mask(n, n)))
     assert torch.equal(out[..., 0, :], v[..., 0, :])
@@ -284,7 +284,7 @@ def test_errors_for_leading_dims_devices_scale_and_scores():
 def test_return_lse_is_logsumexp_of_the_scores(dtype, n, m, block_size_k, block_size_q, is_causal):
     # FlashAttention-2's forward contract: L_i = log sum_j exp(s_ij) over the
     # visible keys, -inf for a query that sees none (N > M under the causal mask).
-    g = torch.Generator().manual_seed(3)
+    g = torch.Generator(device=torch.get_default_device()).manual_seed(3)
     q, k = torch.randn(2, 3, n, 8, generator=g, dtype=dtype), torch.randn(2, 3, m, 8, generator=g, dtype=dtype)
     v = torch.randn(2, 3, m, 5, generator=g, dtype=dtype)
     out, lse = tiled_attention(q, k, v, is_causal=is_causal, block_size_k=block_size_k,
@@ -315,7 +315,7 @@ def test_half_precision_is_as_accurate_as_sdpa_in_that_dtype(dtype, is_causal):
     # against float64 stays within twice that of PyTorch's own math kernel in
     # the low dtype (flash-attention's criterion). Dropping the float32
     # accumulation lets the running sums round to 8 (bf16) or 11 (fp16) bits.
-    g = torch.Generator().manual_seed(4)
+    g = torch.Generator(device=torch.get_default_device()).manual_seed(4)
     q, k, v = (torch.randn(2, 4, 200, 16, generator=g).mul(2).to(dtype) for _ in range(3))
     ref = F.scaled_dot_product_attention(q.double(), k.double(), v.double(), is_causal=is_causal)
     with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.MATH):

@@ -21,7 +21,7 @@ F64 = torch.float64
 
 
 def _qkv(b=2, h=2, n=6, d=4, d_v=None, dtype=F64, seed=0):
-    g = torch.Generator().manual_seed(seed)
+    g = torch.Generator(device=torch.get_default_device()).manual_seed(seed)
     q, k = (torch.randn(b, h, n, d, generator=g, dtype=dtype) for _ in range(2))
     return q, k, torch.randn(b, h, n, d_v or d, generator=g, dtype=dtype)
 
@@ -72,7 +72,7 @@ def test_value_embedding_with_nanochat_gate_matches_the_loop():
 
 
 def test_value_gate_stays_inside_zero_and_top():
-    g = torch.Generator().manual_seed(16)
+    g = torch.Generator(device=torch.get_default_device()).manual_seed(16)
     x = torch.randn(3, 5, 16, generator=g, dtype=F64)  # logits of a few units: no rounding to top
     gate = TT.value_gate(x, torch.randn(4, 12, generator=g, dtype=F64) * 0.5, top=2.0)
     assert gate.shape == (3, 4, 5, 1)
@@ -135,7 +135,7 @@ def _loop_mta(q, k, v, pre, post):
 @pytest.mark.parametrize("c_q, c_k, with_post", [(2, 3, True), (3, 5, False), (1, 4, True)])
 def test_multi_token_matches_the_loop(c_q, c_k, with_post):
     q, k, v = _qkv(b=1, n=7, seed=5)
-    g = torch.Generator().manual_seed(c_q * 10 + c_k)
+    g = torch.Generator(device=torch.get_default_device()).manual_seed(c_q * 10 + c_k)
     pre = torch.randn(2, c_q, c_k, generator=g, dtype=F64) * 0.5
     post = torch.randn(2, c_q, c_k, generator=g, dtype=F64) * 0.5 if with_post else None
     got = TT.multi_token_attention(q, k, v, pre, post)
@@ -159,7 +159,7 @@ def test_delta_kernel_matches_the_authors_identity_init():
 
 def test_multi_token_is_causal():
     q, k, v = _qkv(n=8, seed=7)
-    g = torch.Generator().manual_seed(0)
+    g = torch.Generator(device=torch.get_default_device()).manual_seed(0)
     pre, post = (torch.randn(2, 3, 5, generator=g, dtype=F64) for _ in range(2))
     out = TT.multi_token_attention(q, k, v, pre, post)
     for t in range(1, 8):

@@ -35,7 +35,7 @@ def ancestor_loop_mask(parents: torch.Tensor, n0: int) -> torch.Tensor:
 
 @pytest.mark.parametrize("seed", range(4))
 def test_mask_and_positions_follow_the_ancestors(seed):
-    g = torch.Generator().manual_seed(seed)
+    g = torch.Generator(device=torch.get_default_device()).manual_seed(seed)
     n, n0 = 3 + 3 * seed, seed
     parents, _ = random_tree(n, 5, g)
     assert torch.equal(ts.tree_attention_mask(parents, n0), ancestor_loop_mask(parents, n0))
@@ -102,7 +102,7 @@ def test_the_walk_goes_as_deep_as_the_tree_agrees_with_greedy(seed):
 def test_rounds_of_random_trees_decode_greedily():
     torch.manual_seed(5)
     model = PathModel().double().eval()
-    g = torch.Generator().manual_seed(5)
+    g = torch.Generator(device=torch.get_default_device()).manual_seed(5)
     prompt = torch.randint(0, 11, (1, 3), generator=g)
     want = greedy(model, prompt, 14)
     tokens, rounds = prompt, 0
@@ -264,7 +264,7 @@ def test_the_naive_rules_miss_the_targets_law():
 
 @pytest.mark.parametrize("seed", range(6))
 def test_a_chain_is_verify_sampled_draw_for_draw(seed):
-    g = torch.Generator().manual_seed(100 + seed)
+    g = torch.Generator(device=torch.get_default_device()).manual_seed(100 + seed)
     k, V = 4, 7
     p = torch.softmax(torch.randn(k + 1, V, generator=g, dtype=torch.float64), -1)
     q = torch.softmax(torch.randn(k, V, generator=g, dtype=torch.float64), -1)
@@ -278,7 +278,7 @@ def test_a_chain_is_verify_sampled_draw_for_draw(seed):
 
 @pytest.mark.parametrize("seed", range(3))
 def test_the_kernels_ratios_are_the_papers(seed):
-    g = torch.Generator().manual_seed(seed)
+    g = torch.Generator(device=torch.get_default_device()).manual_seed(seed)
     V, k = 5, 4
     p = torch.softmax(2 * torch.randn(V, generator=g, dtype=torch.float64), -1)
     q = torch.softmax(2 * torch.randn(k, V, generator=g, dtype=torch.float64), -1)
@@ -291,7 +291,7 @@ def test_the_kernels_ratios_are_the_papers(seed):
 
 
 def test_outcomes_sum_to_one_and_a_draft_equal_to_the_target_is_always_accepted():
-    g = torch.Generator().manual_seed(0)
+    g = torch.Generator(device=torch.get_default_device()).manual_seed(0)
     parents = torch.tensor([-1, -1, 0, 1, 3])
     p = torch.softmax(torch.randn(6, 5, generator=g, dtype=torch.float64), -1)
     tokens = torch.tensor([0, 1, 2, 3, 4])
@@ -321,7 +321,7 @@ def test_monte_carlo_first_token_follows_the_target():
     torch.manual_seed(0)
     target, draft = PathModel().double().eval(), PathModel().double().eval()
     prefix, parents = torch.tensor([[3, 1, 4]]), torch.tensor([-1, -1, 0, 0])
-    g = torch.Generator().manual_seed(0)
+    g = torch.Generator(device=torch.get_default_device()).manual_seed(0)
     counts = torch.zeros(11, dtype=torch.float64)
     accepted = 0
     with torch.no_grad():
@@ -342,7 +342,7 @@ def test_the_face_is_the_tree_pass_then_the_walk_with_the_same_draws():
     target, draft = PathModel().double().eval(), PathModel().double().eval()
     prefix, parents = torch.tensor([[7, 2]]), torch.tensor([-1, 0, -1, 1, 0])
     for seed in range(5):
-        g = torch.Generator().manual_seed(seed)
+        g = torch.Generator(device=torch.get_default_device()).manual_seed(seed)
         tokens, q = draft_tree_sample(draft, prefix, parents, g)
         state = g.get_state()
         new, accepted = ts.tree_verify_sampled(target, prefix, tokens, parents, q, g)
@@ -361,7 +361,7 @@ def test_sampled_face_keeps_dtypes_and_accepts_a_perfect_draft():
     torch.manual_seed(1)
     model = PathModel().double().eval()
     prefix, parents = torch.tensor([[5, 6]]), torch.tensor([-1, 0, 0, 1])
-    g = torch.Generator().manual_seed(0)
+    g = torch.Generator(device=torch.get_default_device()).manual_seed(0)
     tokens, q = draft_tree_sample(model, prefix, parents, g)  # the drafter is the target
     new, accepted = ts.tree_verify_sampled(model, prefix, tokens, parents, q, g)
     # q = p: every first child passes, down 0 -> 1 -> 3 to a leaf
@@ -378,7 +378,7 @@ def test_sampled_face_keeps_dtypes_and_accepts_a_perfect_draft():
 # ---------------------------------------------------------------------------
 
 def test_mtp_combine_is_equation_21():
-    g = torch.Generator().manual_seed(3)
+    g = torch.Generator(device=torch.get_default_device()).manual_seed(3)
     h, e = (torch.randn(1, 4, 5, generator=g, dtype=torch.float64) for _ in range(2))
     w_h, w_e = torch.rand(5, generator=g, dtype=torch.float64), torch.ones(5, dtype=torch.float64)
     proj = torch.randn(5, 10, generator=g, dtype=torch.float64)
@@ -421,7 +421,7 @@ def test_mtp_draft_follows_the_causal_chain():
 @pytest.mark.parametrize("seed", range(2))
 def test_mtp_drafts_verified_greedily_are_greedy_decoding(seed):
     model, modules = mtp_setup(seed=10 + seed, depth=2)
-    prompt = torch.randint(0, 11, (1, 3), generator=torch.Generator().manual_seed(seed))
+    prompt = torch.randint(0, 11, (1, 3), generator=torch.Generator(device=torch.get_default_device()).manual_seed(seed))
     got, rounds = mtp_generate(model, modules, prompt, 9)
     assert torch.equal(got, greedy(model, prompt, 9))
 

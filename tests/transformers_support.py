@@ -11,13 +11,17 @@ import os
 
 import pytest
 
-MISSING = "transformers is not installed: pip install -r requirements-extra.txt"
 IN_CI = os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
 
 try:
     import transformers
-except ImportError:  # pragma: no cover - depends on the environment
+    MISSING = ""
+except ImportError as error:  # pragma: no cover - depends on the environment
     transformers = None
+    # installed but not importable (a dependency too old, say) says why
+    MISSING = ("transformers is not installed: pip install -r requirements-extra.txt"
+               + ("" if isinstance(error, ModuleNotFoundError) and error.name == "transformers"
+                  else f" (importing it failed: {error})"))
 
 
 def skip_module_without_transformers() -> None:

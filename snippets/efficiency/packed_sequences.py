@@ -183,7 +183,7 @@ def varlen_attention(
         ``(T, H, d)``.
     """
     _check_packed(q, k, v, cu_seqlens, scale)  # window: checked where used
-    if q.device.type == "cuda":
+    if q.device.type == "cuda" and q.dtype in (torch.float16, torch.bfloat16):
         try:
             from torch.nn.attention.varlen import varlen_attn
         except ImportError:

@@ -212,7 +212,9 @@ class BahdanauEncoder(nn.Module):
         """Annotations h_j = [forward h_j; backward h_j], (B, M, 2n)."""
         _check_source(src, key_mask, self.embedding, "key_mask")
         b, m = src.shape
-        lengths = torch.full((b,), m) if key_mask is None else key_mask.sum(-1).cpu()
+        # pack_padded_sequence takes the lengths on the CPU
+        full = torch.full((b,), m, device="cpu")
+        lengths = full if key_mask is None else key_mask.sum(-1).cpu()
         emb = self.embedding(src)  # (B, M) -> (B, M, e)
         # Packed: the backward RNN starts at each sentence's last real token.
         packed = pack_padded_sequence(emb, lengths, True, enforce_sorted=False)
@@ -399,9 +401,10 @@ def train_toy_translation(
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
     model.train()
     losses = []
+    device = next(model.parameters()).device  # the batches go where the model is
     for _ in range(steps):
         batch = reversal_batch(batch_size, min_len, max_len, rng)
-        src, src_mask, tgt_in, tgt_out = batch
+        src, src_mask, tgt_in, tgt_out = (t.to(device) for t in batch)
         logits, _ = model(src, tgt_in, src_mask=src_mask)  # (B, T, V)
         logits, targets = logits.flatten(0, 1), tgt_out.flatten()  # (B*T, V), (B*T,)
         loss = F.cross_entropy(logits, targets, ignore_index=PAD)
@@ -425,8 +428,10 @@ def accuracy_by_length(
     rng = random.Random(seed)
     model.eval()
     result = {}
+    device = next(model.parameters()).device
     for length in lengths:
-        src, src_mask, _, tgt_out = reversal_batch(n_per_length, length, length, rng)
+        batch = reversal_batch(n_per_length, length, length, rng)
+        src, src_mask, _, tgt_out = (t.to(device) for t in batch)
         # (B, T): the tokens, EOS included
         tokens, _ = model.greedy_decode(src, tgt_out.shape[1], src_mask=src_mask)
         result[length] = (tokens == tgt_out).all(dim=-1).float().mean().item()

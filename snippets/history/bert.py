@@ -644,11 +644,13 @@ def train_tiny_bert(
     model = BertForMaskedLM(BertModel(config, make_block))
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
     vocab = config.vocab_size
+    device = next(model.parameters()).device  # drawn on the CPU by g, trained here
 
     def corpus(n: int) -> tuple[torch.Tensor, torch.Tensor]:
         special = config.special
-        return counting_corpus(n, length, n_tokens, count_steps, special=special,
-                               generator=g)
+        ids, steps = counting_corpus(n, length, n_tokens, count_steps,
+                                     special=special, generator=g)
+        return ids.to(device), steps.to(device)
 
     losses = []
     model.train()

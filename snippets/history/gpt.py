@@ -209,7 +209,8 @@ def decode(model: GPT, ids: torch.Tensor, max_new_tokens: int, temperature=0.0,
             next_id = logits.argmax(dim=-1, keepdim=True)  # (B, 1)
         else:  # a draw from softmax(logits / tau)
             probs = torch.softmax(logits.float() / temperature, dim=-1)  # (B, V)
-            next_id = torch.multinomial(probs.cpu(), 1, generator=generator)  # (B, 1)
+            on = getattr(generator, "device", "cpu")  # draw where the generator is
+            next_id = torch.multinomial(probs.to(on), 1, generator=generator)  # (B, 1)
         ids = torch.cat([ids, next_id.to(ids.device)], dim=1)  # (B, N) -> (B, N + 1)
     return ids
 # --8<-- [end:generate]
@@ -338,11 +339,12 @@ def train_tiny_gpt(
     torch.manual_seed(seed)
     g = torch.Generator().manual_seed(seed)
     model = GPT(config, make_block)
+    device = next(model.parameters()).device  # drawn on the CPU by g, trained here
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
     losses = []
     model.train()
     for _ in range(steps):
-        ids = reversal_task(batch_size, length, n_digits, generator=g)
+        ids = reversal_task(batch_size, length, n_digits, generator=g).to(device)
         loss = next_token_loss(model(ids), ids)  # every position, as in pre-training
         optimizer.zero_grad()
         loss.backward()
@@ -350,7 +352,7 @@ def train_tiny_gpt(
         losses.append(loss.item())
 
     model.eval()
-    ids = reversal_task(1024, length, n_digits, generator=g)
+    ids = reversal_task(1024, length, n_digits, generator=g).to(device)
     answer = ids[:, length + 1 :]  # (B, L): the reversed digits
     with torch.no_grad():
         # positions L .. 2L - 1 predict the L answer digits

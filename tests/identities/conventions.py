@@ -16,7 +16,7 @@ F64 = torch.float64
 
 
 def _randn(*shape, seed=0):
-    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=F64)
+    return torch.randn(*shape, generator=torch.Generator(device=torch.get_default_device()).manual_seed(seed), dtype=F64)
 
 
 @identity("conventions-flash-window-is-hf-window",

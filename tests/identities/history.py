@@ -342,7 +342,7 @@ def bert_loss_equals_equation():
     from snippets.history import bert
 
     logits, ids = torch.randn(2, 8, 30, dtype=F64), torch.randint(4, 30, (2, 8))
-    _, labels = bert.mask_tokens(ids, 30, select_prob=0.5, generator=torch.Generator().manual_seed(0))
+    _, labels = bert.mask_tokens(ids, 30, select_prob=0.5, generator=torch.Generator(device=torch.get_default_device()).manual_seed(0))
     selected = labels != bert.IGNORE_INDEX
     log_p = logits.log_softmax(-1)[selected].gather(-1, labels[selected][:, None])
     return bert.mlm_loss(logits, labels), -log_p.mean()

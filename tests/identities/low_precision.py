@@ -14,7 +14,7 @@ PAGE = "efficiency/tolerances.md"
           "a Hadamard rotation with random signs applied to q and k leaves q k^T unchanged "
           "(d = 64, float64)", page=PAGE, tol=1e-12)
 def rotation_keeps_scores():
-    g = torch.Generator().manual_seed(0)
+    g = torch.Generator(device=torch.get_default_device()).manual_seed(0)
     q, k = (torch.randn(1, 2, 16, 64, generator=g, dtype=torch.float64) for _ in range(2))
     signs = torch.randint(0, 2, (64,), generator=g) * 2 - 1
     r = LP.hadamard(64, signs=signs, dtype=torch.float64)
@@ -26,7 +26,7 @@ def rotation_keeps_scores():
           "numbers of E4M3 times a power of two, largest 448 * 2^m, pass through fp8_quantize "
           "unchanged, per tensor and per block", page=PAGE, tol=0.0)
 def fp8_exact_on_its_grid():
-    g = torch.Generator().manual_seed(1)
+    g = torch.Generator(device=torch.get_default_device()).manual_seed(1)
     grid = (torch.randn(64, 16, generator=g) * 100).to(torch.float8_e4m3fn).float()
     grid[::8, 0] = 448.0  # every block of 8 tokens holds the largest number once
     x = grid * 2.0**-5

@@ -25,7 +25,7 @@ TF = ("transformers",)
 
 def _randomise(module, seed=0):
     """Every parameter random in float64, norms and sinks included (norms around 1)."""
-    g = torch.Generator().manual_seed(seed)
+    g = torch.Generator(device=torch.get_default_device()).manual_seed(seed)
     module = module.double()
     with torch.no_grad():
         for name, p in module.named_parameters():
@@ -55,7 +55,7 @@ def _tables(positions, rotary_dim, base, twice=True):
 
 
 def _qkv(n=5, m=7, d=4, seed=0):
-    g = torch.Generator().manual_seed(seed)
+    g = torch.Generator(device=torch.get_default_device()).manual_seed(seed)
     return (torch.randn(2, 3, n, d, generator=g, dtype=torch.float64),
             torch.randn(2, 3, m, d, generator=g, dtype=torch.float64),
             torch.randn(2, 3, m, d + 1, generator=g, dtype=torch.float64))

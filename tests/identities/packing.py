@@ -35,7 +35,7 @@ def packed_flex_equals_per_document():
     q, k, v, cu = _packed(torch.float32)
     doc = P.document_ids(cu)
     block = create_block_mask(lambda b, h, i, j: (doc[i] == doc[j]) & (j <= i), None, None, 13, 13,
-                              device="cpu")
+                              device=q.device)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # eager flex on the CPU, on purpose
         out = flex_attention(*(t.transpose(0, 1)[None] for t in (q, k, v)), block_mask=block)

@@ -13,7 +13,7 @@ F64 = torch.float64
 
 
 def _qkv(n=7, seed=0):
-    g = torch.Generator().manual_seed(seed)
+    g = torch.Generator(device=torch.get_default_device()).manual_seed(seed)
     return tuple(torch.randn(2, 3, n, 4, generator=g, dtype=F64) for _ in range(3))
 
 
@@ -53,7 +53,7 @@ def mta_delta_kernels_are_attention():
           page=PAGE, tol=1e-12)
 def mta_is_causal():
     q, k, v = _qkv(n=9, seed=4)
-    g = torch.Generator().manual_seed(5)
+    g = torch.Generator(device=torch.get_default_device()).manual_seed(5)
     pre, post = (torch.randn(3, 3, 5, generator=g, dtype=F64) for _ in range(2))
     q2, k2, v2 = (t.clone() for t in (q, k, v))
     for t in (q2, k2, v2):

@@ -96,7 +96,7 @@ def path_of(parents: torch.Tensor, i: int) -> list[int]:
 def setup(seed: int = 0, n0: int = 5, n: int = 9):
     torch.manual_seed(seed)
     model = PathModel().double().eval()
-    g = torch.Generator().manual_seed(seed)
+    g = torch.Generator(device=torch.get_default_device()).manual_seed(seed)
     prefix = torch.randint(0, 11, (1, n0), generator=g)
     want = greedy(model, prefix, n + 1)
     parents, tokens = random_tree(n, 11, g, plant=want[0])
@@ -107,7 +107,7 @@ def setup(seed: int = 0, n0: int = 5, n: int = 9):
           "the tree attention mask (prefix of 4, a random tree of 12 nodes) equals an explicit walk "
           "up each node's parents", page=PAGE, tol=0.0)
 def tree_mask_equals_ancestor_loop():
-    g = torch.Generator().manual_seed(1)
+    g = torch.Generator(device=torch.get_default_device()).manual_seed(1)
     parents, _ = random_tree(12, 5, g)
     n0, n = 4, 12
     want = torch.ones(n0 + n, n0 + n, dtype=torch.bool).tril()
@@ -179,7 +179,7 @@ def law(ctx: tuple[int, ...], vocab: int, seed: int, sharp: float = 1.5) -> torc
     code = 1
     for t in ctx:
         code = code * (vocab + 1) + t + 1  # one code per context, no collisions
-    g = torch.Generator().manual_seed(code * 7919 + seed)
+    g = torch.Generator(device=torch.get_default_device()).manual_seed(code * 7919 + seed)
     return torch.softmax(sharp * torch.randn(vocab, generator=g, dtype=torch.float64), -1)
 
 
@@ -309,7 +309,7 @@ def walk_law(p, q, tokens, parents):
 def tree_sampled_walk_equals_outcomes():
     ours, want = [], []
     for seed in range(3):
-        g = torch.Generator().manual_seed(seed)
+        g = torch.Generator(device=torch.get_default_device()).manual_seed(seed)
         parents, tokens = random_tree(6, 4, g)
         p = torch.softmax(2 * torch.randn(7, 4, generator=g, dtype=torch.float64), -1)
         q = torch.softmax(2 * torch.randn(6, 4, generator=g, dtype=torch.float64), -1)
@@ -330,7 +330,7 @@ def tree_sampled_walk_equals_outcomes():
 def tree_sampled_chain_is_verify_sampled():
     ours, want = [], []
     for seed in range(60):
-        g = torch.Generator().manual_seed(seed)
+        g = torch.Generator(device=torch.get_default_device()).manual_seed(seed)
         k, V = 1 + seed % 5, 6
         p = torch.softmax(torch.randn(k + 1, V, generator=g, dtype=torch.float64), -1)
         kind = seed % 3  # the draft equals the target, is close to it, or is unrelated
@@ -412,7 +412,7 @@ def combine_loop(h_prev, emb, w_h, w_e, proj, eps):
           "the MTP combine step equals DeepSeek-V3's equation 21 written as a loop over positions "
           "(RMSNorm of each input, concatenation, the projection M_k; float64)", page=PAGE, tol=1e-12)
 def mtp_combine_equals_equation():
-    g = torch.Generator().manual_seed(0)
+    g = torch.Generator(device=torch.get_default_device()).manual_seed(0)
     h, e = (torch.randn(2, 5, 6, generator=g, dtype=torch.float64) for _ in range(2))
     w_h, w_e = (1 + 0.1 * torch.randn(6, generator=g, dtype=torch.float64) for _ in range(2))
     proj = torch.randn(6, 12, generator=g, dtype=torch.float64)
@@ -426,7 +426,7 @@ def mtp_draft_verify_equals_greedy():
     ours, want = [], []
     for seed in range(2):
         model, modules = mtp_setup(seed)
-        prompt = torch.randint(0, 11, (1, 4), generator=torch.Generator().manual_seed(seed))
+        prompt = torch.randint(0, 11, (1, 4), generator=torch.Generator(device=torch.get_default_device()).manual_seed(seed))
         ours.append(mtp_generate(model, modules, prompt, 10)[0])
         want.append(greedy(model, prompt, 10))
     return torch.cat(ours, 1).double(), torch.cat(want, 1).double()
