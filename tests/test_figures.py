@@ -139,6 +139,29 @@ def test_cache_key_follows_the_data_files_a_figure_reads(tmp_path):
     assert hook.cache_key(script, roots, "env") != first, "the data file it reads must redraw it"
 
 
+def test_cache_key_follows_the_gpu_results_a_figure_draws(tmp_path):
+    """A figure that names bench/results redraws when a results file is added or
+    changed; a figure that does not name it never does."""
+    hook = load_hook()
+    results = tmp_path / "bench" / "results"
+    results.mkdir(parents=True)
+    (results / "gpu-2030-01-01.json").write_text("{}\n")
+    figures = tmp_path / "docs" / "figures"
+    figures.mkdir(parents=True)
+    gpu = figures / "gpu.py"
+    gpu.write_text('"""Drawn from bench/results."""\n\ndef speed(s):\n    return None\n')
+    plain = figures / "plain.py"
+    plain.write_text("def shape(s):\n    return None\n")
+    roots = [tmp_path, figures]
+    first, untouched = hook.cache_key(gpu, roots, "env"), hook.cache_key(plain, roots, "env")
+    (results / "gpu-2030-01-02.json").write_text("{}\n")
+    second = hook.cache_key(gpu, roots, "env")
+    assert second != first, "a new results file must redraw it"
+    (results / "gpu-2030-01-01.json").write_text('{"rows": []}\n')
+    assert hook.cache_key(gpu, roots, "env") != second, "a changed results file must redraw it"
+    assert hook.cache_key(plain, roots, "env") == untouched
+
+
 def _mini_project(tmp_path: pathlib.Path, script: str, page: str) -> pathlib.Path:
     """A site with only the figures hook: one page, one figure script."""
     project = tmp_path / "project"

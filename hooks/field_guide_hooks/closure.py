@@ -81,13 +81,17 @@ def local_dependencies(path: pathlib.Path, roots: list[pathlib.Path]) -> list[pa
 
 def data_files(sources: list[pathlib.Path], root: pathlib.Path) -> list[pathlib.Path]:
     """The files of ``docs/data/`` whose name one of ``sources`` mentions (a
-    figure that draws a table of models reads it, directly or through a module)."""
+    figure that draws a table of models reads it, directly or through a module),
+    and the GPU results files when one of them names ``bench/results``."""
     folder = root / "docs" / "data"
-    if not folder.is_dir():
-        return []
     texts = [source.read_text(encoding="utf-8") for source in sources]
-    return [path for path in sorted(folder.rglob("*"))
-            if path.is_file() and any(path.name in text for text in texts)]
+    found = [path for path in sorted(folder.rglob("*"))
+             if path.is_file() and any(path.name in text for text in texts)] if folder.is_dir() else []
+    # a figure of the GPU measurements names their folder: every results file counts
+    results = root / "bench" / "results"
+    if results.is_dir() and any("bench/results" in text for text in texts):
+        found += sorted(results.glob("gpu-*.json"))
+    return found
 
 
 def cache_key(source: pathlib.Path, roots: list[pathlib.Path], header: str, *, data: bool = False) -> str:
