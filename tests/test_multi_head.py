@@ -429,7 +429,8 @@ def _call_errors():
 @pytest.mark.parametrize("need_weights", [False, True])
 def test_forward_errors(kwargs, error, match, need_weights):
     mha = MultiHeadAttention(D, H)
-    kwargs = dict(kwargs)
+    here = torch.get_default_device()  # the cases are made on the CPU, at collection
+    kwargs = {k: v.to(here) if torch.is_tensor(v) else v for k, v in kwargs.items()}
     query = kwargs.pop("query")
     with pytest.raises(error, match=match):
         mha(query, **kwargs, need_weights=need_weights)
