@@ -366,3 +366,37 @@ def test_bad_input_is_named():
         flex_attend(q.float(), k.double(), v.float())
     with pytest.raises(ValueError, match=r"v must have .* dtype torch.float32 on cpu, got \(2, 2, 4, 8\) torch.float32 on meta"):
         flex_attend(q.cpu(), k.cpu(), v.to("meta"))
+
+
+def test_past_the_recompile_limit_a_compiled_function_runs_eagerly_or_raises():
+    """The page's warning, on the CPU: dynamic=False compiles once per shape; past
+    dynamo's recompile_limit the function runs uncompiled (still right, no longer
+    compiled), and fail_on_recompile_limit_hit turns that into an error."""
+    from torch._dynamo.utils import counters
+
+    config = torch._dynamo.config
+    saved = (config.recompile_limit, config.fail_on_recompile_limit_hit)
+
+    def f(x):
+        return x.sin() + 1
+
+    try:
+        config.recompile_limit, config.fail_on_recompile_limit_hit = 3, False
+        torch._dynamo.reset()
+        counters.clear()
+        compiled = torch.compile(f, backend="eager", dynamic=False)
+        for n in range(1, 7):
+            x = torch.randn(n)
+            torch.testing.assert_close(compiled(x), f(x))
+        assert counters["frames"]["ok"] == 3  # shapes 4, 5 and 6 ran uncompiled
+
+        config.fail_on_recompile_limit_hit = True
+        torch._dynamo.reset()
+        compiled = torch.compile(f, backend="eager", dynamic=False)
+        for n in range(1, 4):
+            compiled(torch.randn(n))
+        with pytest.raises(torch._dynamo.exc.FailOnRecompileLimitHit):
+            compiled(torch.randn(4))
+    finally:
+        config.recompile_limit, config.fail_on_recompile_limit_hit = saved
+        torch._dynamo.reset()
