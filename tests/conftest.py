@@ -90,6 +90,13 @@ SITE_GROUPS = {
     "test_which_kernel_browser.py": "site-widgets",
     "test_browser_deadlines.py": "site-widgets",  # one more use of that worker's Chromium
 }
+# Unit-test files whose module-scoped fixture costs seconds (subprocesses, gloo
+# worlds, a trained model): each runs on one worker, so the fixture is made
+# once, not once per worker that happens to draw one of its tests.
+MODULE_GROUPS = {
+    "test_usage_blocks.py", "test_context_parallel.py", "test_take_the_code.py",
+    "test_downloads.py", "test_explorer.py", "test_history_training.py",
+}
 
 
 @pytest.fixture(scope="session")
@@ -133,11 +140,14 @@ def page_reports(browser, base_url, pages):
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
 def pytest_collection_modifyitems(config, items):
     """Each test that reads the built site joins its file's group (SITE_GROUPS,
-    "site-build" for the rest); the unit tests share out one by one."""
+    "site-build" for the rest); the unit tests share out one by one, except the
+    files of MODULE_GROUPS, each kept whole on one worker."""
     for item in items:
         if item.get_closest_marker("site") or item.get_closest_marker("browser"):
             group = SITE_GROUPS.get(item.path.name, "site-build")
             item.add_marker(pytest.mark.xdist_group(group))
+        elif item.path.name in MODULE_GROUPS:
+            item.add_marker(pytest.mark.xdist_group(f"module-{item.path.stem}"))
 
 
 def pytest_xdist_node_collection_finished(node, ids):

@@ -201,6 +201,8 @@ def run_results(tmp_path_factory) -> dict[str, str | None]:
         return {}
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONSTARTUP")}
     env["MPLBACKEND"] = "Agg"
+    # tiny blocks: one thread, so the runner does not fight the xdist workers for cores
+    env["OMP_NUM_THREADS"] = "1"
     result = subprocess.run(
         [sys.executable, "-I", "-c", RUNNER], input=json.dumps(jobs), capture_output=True, text=True,
         cwd=tmp, env=env, timeout=600,
