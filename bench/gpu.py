@@ -25,8 +25,9 @@ two heads; decoding: the tokens of the cached run forced onto MATH). The JSON
 records its provenance: GPU, torch, CUDA, cuDNN and Triton versions, date and git
 commit. The GPU run goes in steps, every section at N = 4096 first, and rewrites
 the file after each step, so a run cut short keeps what it measured and the page
-names the steps it did not reach. Without a CUDA device the script says so and exits with status 2,
-writing nothing (``--cpu-smoke`` runs the tiny CPU version, for the tests).
+names the steps it did not reach. Without a CUDA device the script says so and
+exits with status 2, writing nothing (``--cpu-smoke`` runs the tiny CPU version,
+for the tests).
 """
 
 from __future__ import annotations
