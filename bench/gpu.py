@@ -251,6 +251,12 @@ def attention_methods(device: torch.device, *, smoke: bool):
     return methods
 
 
+def refused(row: dict, error: BaseException, **blank) -> None:
+    """A row whose method refused the shape (or ran out of memory): no time, the error."""
+    row.update(ms=None, **blank, error=f"{type(error).__name__}: {str(error)[:200]}")
+    row.setdefault("check", {"against": "SDPA MATH backend, float32", "ok": False})
+
+
 def bench_attention(device, dtype, *, sizes, widths, B, H, smoke, iters) -> list[dict]:
     rows = []
     methods = attention_methods(device, smoke=smoke)
@@ -283,8 +289,7 @@ def bench_attention(device, dtype, *, sizes, widths, B, H, smoke, iters) -> list
                             row["ms"] = time_ms(call, device=device, iters=iters)
                             row["tflops"] = attention_flops(B, H, N, N, d, causal, with_backward) / row["ms"] / 1e9
                         except (RuntimeError, torch.OutOfMemoryError) as error:  # a backend that refuses the shape
-                            row.update(ms=None, tflops=None, error=f"{type(error).__name__}: {str(error)[:200]}")
-                            row.setdefault("check", {"against": "SDPA MATH backend, float32", "ok": False})
+                            refused(row, error, tflops=None)
                         rows.append(row)
                         if device.type == "cuda":
                             torch.cuda.empty_cache()
@@ -328,8 +333,7 @@ def bench_window(device, dtype, *, sizes, d, B, H, window, smoke, iters) -> list
                 row["check"] = check_against_math(fn, q, k, v, True, False, mask=mask)
                 row["ms"] = time_ms(call, device=device, iters=iters)
             except (RuntimeError, torch.OutOfMemoryError) as error:
-                row.update(ms=None, error=f"{type(error).__name__}: {str(error)[:200]}")
-                row.setdefault("check", {"against": "SDPA MATH backend, float32", "ok": False})
+                refused(row, error)
             rows.append(row)
             if device.type == "cuda":
                 torch.cuda.empty_cache()
