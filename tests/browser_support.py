@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import gzip
+import hashlib
 import http.server
 import os
 import pathlib
@@ -122,9 +123,20 @@ class _SiteHandler(http.server.SimpleHTTPRequestHandler):
     """
 
     origin = ""
+    # Every visit fetches the same scripts, stylesheets and search index: each
+    # distinct body is compressed once (keyed by its hash; a rebuilt file is a
+    # new body), not once per request.
+    _compressed: dict[bytes, bytes] = {}
 
     def log_message(self, format, *args):  # noqa: A002 - the base class's name
         pass
+
+    @classmethod
+    def _gzip(cls, body: bytes) -> bytes:
+        key = hashlib.blake2b(body, digest_size=16).digest()
+        if key not in cls._compressed:
+            cls._compressed[key] = gzip.compress(body, compresslevel=6, mtime=0)
+        return cls._compressed[key]
 
     def do_GET(self):  # noqa: N802 - the base class's name
         path = pathlib.Path(self.translate_path(self.path))
@@ -142,7 +154,7 @@ class _SiteHandler(http.server.SimpleHTTPRequestHandler):
         raw = len(body)
         gzipped = "gzip" in self.headers.get("Accept-Encoding", "")
         if gzipped:
-            body = gzip.compress(body, compresslevel=6, mtime=0)
+            body = self._gzip(body)
         self.send_response(200)
         self.send_header("Content-Type", self.guess_type(str(path)))
         self.send_header("Content-Length", str(len(body)))

@@ -86,7 +86,16 @@ class Guard:
         self.bytes: dict[str, int] = {}  # on the wire (gzip where the server compresses)
         self.raw_bytes: dict[str, int] = {}  # uncompressed
         self.allow_file = allow_file
+        self.issued: set = set()  # the requests of the current visit (see reset)
         context.route("**/*", self._route)
+
+    def reset(self) -> None:
+        """Start a new visit in the same context: what the earlier pages recorded
+        is dropped, and a response or failure of a request they issued (one
+        still in flight when the next page loads) is not charged to the next."""
+        for found in (self.off_host, self.console, self.failed, self.bytes, self.raw_bytes, self.issued):
+            found.clear()
+        self.tracking = True
 
     def _route(self, route):
         url = urllib.parse.urlsplit(route.request.url)
@@ -101,15 +110,25 @@ class Guard:
     def watch(self, page) -> None:
         page.on("console", lambda msg: msg.type == "error" and self.console.append(f"{msg.text} @ {msg.location}"))
         page.on("pageerror", lambda exc: self.console.append(f"uncaught: {exc}"))
+        page.on("request", self._issued)
         page.on("requestfailed", self._failed)
         page.on("response", self._response)
 
+    tracking = False  # True once reset() has run: only then are requests told apart by visit
+
+    def _issued(self, request) -> None:
+        if self.tracking:
+            self.issued.add(request)
+
+    def _earlier(self, request) -> bool:
+        return self.tracking and request not in self.issued
+
     def _failed(self, request) -> None:
-        if request.url not in self.off_host:
+        if request.url not in self.off_host and not self._earlier(request):
             self.failed.append(f"{request.url} ({request.failure})")
 
     def _response(self, response) -> None:
-        if response.url.startswith("data:"):
+        if response.url.startswith("data:") or self._earlier(response.request):
             return
         if response.status >= 400:
             self.failed.append(f"{response.url} (HTTP {response.status})")
@@ -127,6 +146,10 @@ def is_search_file(url: str) -> bool:
     return any(part in url for part in SEARCH_FILES)
 
 
+SEARCH_WORKER = "**/assets/javascripts/workers/search.*.js"
+SEARCH_STUB = {"status": 200, "content_type": "text/javascript", "body": "// search is left out of this visit\n"}
+
+
 def new_page(browser, *, scheme: str = "light", viewport=DESKTOP, allow_file: bool = False,
              search: bool = True, **options):
     """A fresh context and page behind a Guard. ``search=False`` hands the page
@@ -135,20 +158,24 @@ def new_page(browser, *, scheme: str = "light", viewport=DESKTOP, allow_file: bo
     context = browser.new_context(viewport=viewport, color_scheme=scheme, service_workers="block", **options)
     guard = Guard(context, allow_file=allow_file)
     if not search:  # routes registered later are tried first
-        context.route("**/assets/javascripts/workers/search.*.js", lambda route: route.fulfill(
-            status=200, content_type="text/javascript", body="// search is left out of this visit\n"))
+        context.route(SEARCH_WORKER, lambda route: route.fulfill(**SEARCH_STUB))
     page = context.new_page()
     guard.watch(page)
     return context, page, guard
 
 
-def open_page(page, url: str, search: bool = True) -> None:
+def open_page(page, url: str, search: bool = True, guard: Guard | None = None) -> None:
     """Load a page and wait for what arrives after ``load``: the search index
     (fetched by Material's search worker, unless the page's context left search
-    out), the sitemap (instant navigation needs it) and the math fonts."""
-    index = page.expect_response(lambda response: "/search/search_index.json" in response.url,
-                                 timeout=15_000) if search else contextlib.nullcontext()
-    with page.expect_response(lambda response: response.url.endswith("/sitemap.xml"), timeout=15_000), index:
+    out), the sitemap (instant navigation needs it) and the math fonts. With a
+    ``guard`` that was reset for this visit, only this visit's responses count."""
+    def this_visit(response) -> bool:
+        return guard is None or not guard._earlier(response.request)
+
+    index = page.expect_response(lambda response: "/search/search_index.json" in response.url
+                                 and this_visit(response), timeout=15_000) if search else contextlib.nullcontext()
+    with page.expect_response(lambda response: response.url.endswith("/sitemap.xml") and this_visit(response),
+                              timeout=15_000), index:
         page.goto(url, wait_until="load")
     bs.run_js(page, "() => document.fonts.ready.then(() => true)")
 
@@ -292,14 +319,49 @@ AXE_START_JS = """full => {
 }"""
 
 
-def _start_visit(browser, base_url: str, path: str, axe_source: str | None):
-    """Load one page in a fresh context, take every measurement, then start
-    axe-core in it and return without waiting: axe runs in that page's renderer
-    while the next page loads."""
+class Tab:
+    """One context and page that visits page after page (``visit_every_page``
+    keeps two). Each visit still loads every file over the network: Guard's
+    route turns Chromium's HTTP cache off (Playwright does while a route is
+    set), so the bytes counted are a first load's. What the visits share is
+    the renderer process and the scripts it has compiled, which a fresh context
+    per page would redo (0.7 s of CPU a page on a two-core machine). Storage is
+    emptied before each visit, so no page sees what an earlier one stored."""
+
+    def __init__(self, browser):
+        self.search = True
+        self.context = browser.new_context(viewport=DESKTOP, color_scheme="light", service_workers="block")
+        self.guard = Guard(self.context)
+        self.context.route(SEARCH_WORKER, self._search_worker)
+        self.page = self.context.new_page()
+        self.guard.watch(self.page)
+
+    def _search_worker(self, route) -> None:
+        if self.search:
+            route.fallback()
+        else:
+            route.fulfill(**SEARCH_STUB)
+
+    def load(self, url: str, search: bool) -> None:
+        """A new visit: empty the storage the last page left, then load ``url``."""
+        bs.run_js(self.page, "() => { try { localStorage.clear(); sessionStorage.clear(); } catch (e) {} "
+                             "return true; }")
+        self.guard.reset()
+        self.search = search
+        open_page(self.page, url, search=search, guard=self.guard)
+
+    def close(self) -> None:
+        self.context.close()
+
+
+def _start_visit(tab: Tab, base_url: str, path: str, axe_source: str | None):
+    """Load one page in ``tab``, take every measurement, then start axe-core in
+    it and return without waiting: axe runs in that page's renderer while the
+    next page loads in the other tab."""
     search = axe_source is not None
-    context, page, guard = new_page(browser, search=search)
+    page, guard = tab.page, tab.guard
     try:
-        open_page(page, base_url + path, search=search)
+        tab.load(base_url + path, search=search)
         lcp = bs.run_js(page, LCP_JS)
         math = bs.run_js(page, MATH_JS)
         images = bs.run_js(page, IMAGES_JS)
@@ -338,20 +400,21 @@ def _start_visit(browser, base_url: str, path: str, axe_source: str | None):
             page.add_script_tag(content=axe_source)
             bs.run_js(page, AXE_START_JS, path in AXE_KEY_PAGES)
     except BaseException:
-        context.close()
+        tab.close()
         raise
-    return report, context, page
+    return report, tab
 
 
-def _finish_visit(report: PageReport, context, page) -> None:
+def _finish_visit(report: PageReport, tab: Tab) -> None:
     """Collect axe-core's findings, then measure the layout at 1280 px with
     every fold open (after axe: the measurement opens folds and tabs)."""
     try:
-        report.axe = bs.run_js(page, "() => window.__axe") if report.audited else []
-        page.wait_for_function(bs.TYPESET_JS, timeout=10_000)
-        report.layout = bs.run_js(page, bs.LAYOUT_JS)
-    finally:
-        context.close()
+        report.axe = bs.run_js(tab.page, "() => window.__axe") if report.audited else []
+        tab.page.wait_for_function(bs.TYPESET_JS, timeout=10_000)
+        report.layout = bs.run_js(tab.page, bs.LAYOUT_JS)
+    except BaseException:
+        tab.close()
+        raise
 
 
 def _lcp(browser, url: str) -> float | None:
@@ -384,9 +447,9 @@ def _record(key: str, value) -> None:
     target.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
 
-def visit_every_page(browser, base_url: str, pages: list[str]) -> dict[str, PageReport]:
-    """Every page visited once (two at a time: one loading, one under axe);
-    the ``page_reports`` fixture of conftest.py, shared with the layout tests.
+def visit_every_page(browser, base_url: str, pages: list[str], tab=Tab) -> dict[str, PageReport]:
+    """Every page visited once (two tabs: one loading, one under axe); the
+    ``page_reports`` fixture of conftest.py, shared with the layout tests.
     Material's search worker runs on the pages axe audits and is left out of
     the others: it fetches the same index and builds the same search on every
     page: about a quarter of each visit on a busy machine, about 5 % on a quiet one."""
@@ -397,12 +460,18 @@ def visit_every_page(browser, base_url: str, pages: list[str]) -> dict[str, Page
     reports: dict[str, PageReport] = {}
     audited = axe_sample(pages)
     retried: dict[str, str] = {}
+    idle: list = []  # tabs between visits; a tab whose visit failed is closed, not kept
 
     def begin(path: str):
         bs.PROGRESS["visit"] = f"loading {path or '/'} ({len(reports) + 1} of {len(pages)})"
-        visit = _start_visit(browser, base_url, path, axe_source if path in audited else None)
+        visit = _start_visit(idle.pop() if idle else tab(browser), base_url, path,
+                             axe_source if path in audited else None)
         visit[0].audited = path in audited
         return visit
+
+    def end(visit) -> None:
+        _finish_visit(*visit)
+        idle.append(visit[1])
 
     def revisit(path: str, error: Exception) -> PageReport:
         # A page that passed a deadline (bs.run_js, Playwright's waits) is
@@ -411,14 +480,16 @@ def visit_every_page(browser, base_url: str, pages: list[str]) -> dict[str, Page
             raise error
         retried[path] = str(error).splitlines()[0]
         print(f"\nbrowser: {path or '/'} visited again after: {retried[path]}")
+        while idle:
+            idle.pop().close()
         visit = begin(path)
-        _finish_visit(*visit)
+        end(visit)
         return visit[0]
 
     def finish(path: str, visit) -> None:
         bs.PROGRESS["visit"] = f"auditing {visit[0].path}"
         try:
-            _finish_visit(*visit)
+            end(visit)
         except StuckPage as error:
             reports[visit[0].path] = revisit(path, error)
 
@@ -437,6 +508,8 @@ def visit_every_page(browser, base_url: str, pages: list[str]) -> dict[str, Page
         pending = current
     if pending:
         finish(*pending)
+    while idle:
+        idle.pop().close()
     bs.PROGRESS["visit"] = "measuring LCP again and auditing the dark palette"
     # Search runs on the audited pages only (one worker, one index, the same on
     # every page); a page visited without it is charged the bytes they cost.
@@ -528,6 +601,49 @@ def _bad(reports: dict[str, PageReport], check) -> dict[str, object]:
 # ----------------------------------------------------------------------------
 # Per-page checks (one visit per page, shared)
 # ----------------------------------------------------------------------------
+def test_a_reused_tab_loads_each_page_as_a_first_visit(browser, site_dir, monkeypatch):
+    """The visit of every page reuses two tabs (``Tab``). A page visited after
+    another must still fetch every file from the server, be charged exactly
+    the bytes a fresh context is charged, and find no storage left behind."""
+    served: list[str] = []
+    handle = bs._SiteHandler.do_GET
+
+    def counted(handler):
+        served.append(handler.path)
+        return handle(handler)
+
+    monkeypatch.setattr(bs._SiteHandler, "do_GET", counted)
+    page_path = "foundations/scaled-dot-product/"
+
+    def own(found: dict) -> dict:  # the search index may still be on its way: left out
+        return {url: n for url, n in found.items() if not is_search_file(url)}
+
+    with bs.serve(site_dir) as url:
+        fresh = Tab(browser)
+        try:
+            fresh.load(url + page_path, search=False)
+            first = own(fresh.guard.bytes)
+        finally:
+            fresh.close()
+        first_served = [p for p in served if not is_search_file(p)]
+        tab = Tab(browser)
+        try:
+            tab.load(url, search=False)  # the home page first
+            assert bs.run_js(tab.page, "() => { localStorage.setItem('left-behind', '1'); return true; }")
+            served.clear()
+            tab.load(url + page_path, search=False)
+            again = own(tab.guard.bytes)
+            left = bs.run_js(tab.page, "() => localStorage.getItem('left-behind')")
+            failed, console = list(tab.guard.failed), list(tab.guard.console)
+        finally:
+            tab.close()
+    again_served = [p for p in served if not is_search_file(p)]
+    assert again == first, f"charged differently: {sorted(set(again.items()) ^ set(first.items()))[:6]}"
+    assert sorted(again_served) == sorted(first_served), "a file came from a cache instead of the server"
+    assert left is None, "the page found storage an earlier page left"
+    assert not failed and not console, (failed, console)
+
+
 def test_no_request_leaves_localhost(page_reports):
     bad = _bad(page_reports, lambda r: r.off_host)
     print(f"\noff-host requests on {len(page_reports)} pages: {sum(len(v) for v in bad.values())}")

@@ -59,17 +59,30 @@ def test_a_page_that_passes_a_deadline_is_visited_again_once(monkeypatch):
     calls: list[tuple[str, str]] = []
     recorded: dict = {}
 
-    def start(browser, base_url, path, axe_source):
+    class FakeTab:
+        made: list = []
+
+        def __init__(self, browser):
+            self.closed = False
+            FakeTab.made.append(self)
+
+        def close(self):
+            self.closed = True
+
+    def start(tab, base_url, path, axe_source):
         calls.append(("start", path))
+        assert not tab.closed, "a closed tab was handed a visit"
         if misses["start"].get(path, 0) > 0:
             misses["start"][path] -= 1
+            tab.close()  # as _start_visit does when its page is stuck
             raise StuckPage(f"Timeout 60000ms exceeded ({path} start)")
-        return _fake_report(path), None, None
+        return _fake_report(path), tab
 
-    def finish(report, context, page):
+    def finish(report, tab):
         calls.append(("finish", report.path))
         if misses["finish"].get(report.path, 0) > 0:
             misses["finish"][report.path] -= 1
+            tab.close()
             raise StuckPage(f"Timeout 60000ms exceeded ({report.path} finish)")
 
     monkeypatch.setattr(test_browser, "_start_visit", start)
@@ -77,8 +90,12 @@ def test_a_page_that_passes_a_deadline_is_visited_again_once(monkeypatch):
     monkeypatch.setattr(test_browser, "_record", lambda key, value: recorded.update({key: value}))
     monkeypatch.setattr(test_browser, "AXE_KEY_PAGES", [])
 
-    reports = test_browser.visit_every_page(None, "http://127.0.0.1:1/", ["a/", "b/", "c/", "d/"])
+    reports = test_browser.visit_every_page(None, "http://127.0.0.1:1/", ["a/", "b/", "c/", "d/"], tab=FakeTab)
     assert list(reports) == ["a/", "b/", "c/", "d/"]
+    # Pages share two tabs; a stuck one is replaced, and every tab is closed at the end.
+    assert all(t.closed for t in FakeTab.made), "a tab was left open"
+    # Two tabs, and a fresh one for each retry (b/ and c/): four in all.
+    assert len(FakeTab.made) == 4, len(FakeTab.made)
     assert calls.count(("start", "b/")) == 2 and calls.count(("start", "c/")) == 2
     assert calls.count(("finish", "a/")) == 1 and calls.count(("finish", "d/")) == 1
     assert set(recorded["pages"]["visited_again"]) == {"b/", "c/"}
@@ -87,7 +104,7 @@ def test_a_page_that_passes_a_deadline_is_visited_again_once(monkeypatch):
     # A page that misses its deadline twice fails the visit, naming the wait.
     misses["finish"]["b/"] = 2
     with pytest.raises(StuckPage, match="b/ finish"):
-        test_browser.visit_every_page(None, "http://127.0.0.1:1/", ["a/", "b/"])
+        test_browser.visit_every_page(None, "http://127.0.0.1:1/", ["a/", "b/"], tab=FakeTab)
 
 
 def test_no_browser_test_calls_evaluate_directly():
