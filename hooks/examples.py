@@ -40,8 +40,10 @@ if _HOOKS not in sys.path:
 from field_guide_hooks.examples import notebook_html
 from field_guide_hooks.examples.bundles import bundle_files, write_bundle  # noqa: F401
 from field_guide_hooks.examples.kernels import (  # noqa: F401
+    POOL,
     ExampleError,
     Kernel,
+    KernelPool,
     Progress,
     cache_key,
     start_examples,
@@ -52,6 +54,15 @@ from field_guide_hooks.examples.state import EXAMPLES_DIR, STATE
 
 # mkdocs-jupyter logs two INFO lines per notebook on every build.
 NOISY_LOGGERS = ("mkdocs.mkdocs-jupyter", "mkdocs.plugins.mkdocs_jupyter")
+
+
+def on_startup(command, dirty: bool) -> None:
+    # Under `mkdocs serve`, kernels stay warm between builds (kernels.KernelPool).
+    POOL.keep = command == "serve"
+
+
+def on_shutdown() -> None:
+    POOL.close()
 
 
 def on_config(config):

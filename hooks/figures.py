@@ -283,6 +283,16 @@ def on_page_markdown(markdown: str, page, config, files: Files) -> str:
 
 def on_startup(command, dirty: bool) -> None:
     _state["dirty"] = dirty
+    if command == "serve":
+        # The first build of `mkdocs serve` usually finds every figure cached;
+        # the first edit that redraws one would then pay for importing
+        # matplotlib's figure and SVG modules. Import them while the server idles.
+        threading.Thread(target=_import_drawing, name="field-guide-matplotlib", daemon=True).start()
+
+
+def _import_drawing() -> None:
+    import matplotlib.backends.backend_svg  # noqa: F401
+    import matplotlib.figure  # noqa: F401
 
 
 def on_env(env, config, files: Files):

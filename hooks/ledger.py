@@ -170,6 +170,45 @@ def _stop() -> None:
             pathlib.Path(_state[name]).unlink(missing_ok=True)
 
 
+# Under ``mkdocs serve``, the next build's measuring process is started as
+# soon as one build has its ledger: it imports torch (about two seconds) and
+# waits for a line on its standard input, then measures. An edit made in the
+# meantime is seen, since it imports the identities and snippets only then.
+_spare: dict = {"keep": False}
+
+
+def _own_code() -> tuple:
+    """What the measuring process runs of the hooks themselves: a spare started
+    before an edit to them is not used."""
+    here = pathlib.Path(__file__).resolve()
+    return tuple(p.stat().st_mtime_ns for p in (here, here.parent / "field_guide_hooks" / "closure.py"))
+
+
+def _spawn(waiting: bool) -> dict:
+    fd, out = tempfile.mkstemp(prefix="ledger-", suffix=".json")
+    os.close(fd)
+    log_fd, log_path = tempfile.mkstemp(prefix="ledger-", suffix=".log")
+    args = ["--wait", out] if waiting else [out]
+    with os.fdopen(log_fd, "wb") as log_file:
+        child = subprocess.Popen(
+            [sys.executable, str(pathlib.Path(__file__).resolve()), *args], cwd=ROOT,
+            stdin=subprocess.PIPE if waiting else subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT)
+    return {"child": child, "out": out, "log": log_path, "code": _own_code()}
+
+
+def _drop_spare() -> None:
+    spare = _spare.pop("ready", None)
+    if spare is not None:
+        spare["child"].kill()
+        spare["child"].wait()
+        for name in ("out", "log"):
+            pathlib.Path(spare[name]).unlink(missing_ok=True)
+
+
+def on_startup(command, dirty: bool) -> None:
+    _spare["keep"] = command == "serve"
+
+
 def on_config(config):
     # A separate process, not a thread: torch.compile and inspect parse source
     # with ``ast`` while the build's own hooks do, and CPython 3.11's AST
@@ -177,19 +216,22 @@ def on_config(config):
     # constructor recursion depth mismatch" when two threads parse at once).
     _stop()
     _state.clear()
-    fd, out = tempfile.mkstemp(prefix="ledger-", suffix=".json")
-    os.close(fd)
-    log_fd, log_path = tempfile.mkstemp(prefix="ledger-", suffix=".log")
-    with os.fdopen(log_fd, "wb") as log_file:
-        _state["child"] = subprocess.Popen(
-            [sys.executable, str(pathlib.Path(__file__).resolve()), out],
-            cwd=ROOT, stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT)
-    _state.update(out=out, log=log_path)
+    spare = _spare.pop("ready", None)
+    if spare is not None and spare["child"].poll() is None and spare["code"] == _own_code():
+        spare["child"].stdin.write(b"go\n")
+        spare["child"].stdin.close()
+        _state.update(child=spare["child"], out=spare["out"], log=spare["log"])
+    else:
+        if spare is not None:
+            _spare["ready"] = spare
+            _drop_spare()
+        _state.update({k: v for k, v in _spawn(waiting=False).items() if k != "code"})
     return config
 
 
 def on_shutdown():
     _stop()
+    _drop_spare()
 
 
 def _ledger():
@@ -206,6 +248,8 @@ def _ledger():
         log.info(f"ledger: {len(found['results'])} identities, {measured} measured, "
                  f"{found['reused']} reused from the cache")
         _stop()
+        if _spare["keep"] and "ready" not in _spare:
+            _spare["ready"] = _spawn(waiting=True)
     registry, results = _state["registry"], _state["results"]
     broken = [f"{k}: error {r.error:.3g} > {registry[k].tol:.3g}" for k, r in results.items()
               if r.error is not None and not r.error <= registry[k].tol]
@@ -276,4 +320,12 @@ def on_page_markdown(markdown: str, page, config, files) -> str:
 
 if __name__ == "__main__":
     # ``python hooks/ledger.py OUT``: what on_config starts; writes the JSON to OUT.
-    pathlib.Path(sys.argv[1]).write_text(json.dumps(_run_all()), encoding="utf-8")
+    # ``python hooks/ledger.py --wait OUT``: the spare of ``mkdocs serve``, which
+    # imports torch first and measures once a line arrives (none: it exits).
+    if sys.argv[1] == "--wait":
+        import torch  # noqa: F401 - every identity imports it; an edit to the site cannot change it
+
+        print("waiting", flush=True)  # into the log: the spare is ready
+        if not sys.stdin.readline():
+            sys.exit(0)
+    pathlib.Path(sys.argv[-1]).write_text(json.dumps(_run_all()), encoding="utf-8")

@@ -8,7 +8,9 @@ enough that the ledger page means something.
 from __future__ import annotations
 
 import math
+import pathlib
 import re
+import time
 
 import pytest
 
@@ -165,3 +167,49 @@ def test_a_build_with_unchanged_sources_imports_no_identities(tmp_path, monkeypa
     third = hook._run_all()
     assert sorted(calls) == sorted(k for k, i in IDENTITIES.items() if i.test.startswith("tests/identities/foundations.py"))
     assert third["registry"] == first["registry"]
+
+
+def test_the_spare_of_mkdocs_serve_measures_what_is_there_when_told(tmp_path, monkeypatch):
+    """Under ``mkdocs serve`` the next build's measuring process starts early
+    and waits: what it measures must be the sources (and the records) as they
+    are when the next build tells it to go, not when it started. A spare
+    started before an edit to the hooks themselves is not used."""
+    import identities
+
+    hook = _ledger_hook()
+    monkeypatch.setenv("FIELD_GUIDE_EXAMPLE_CACHE", str(tmp_path))
+    spare = hook._spawn(waiting=True)
+    try:
+        deadline = time.monotonic() + 120
+        while "waiting" not in pathlib.Path(spare["log"]).read_text() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert spare["child"].poll() is None, "the spare should wait for its line"
+        # Written after the spare started: a record for every identities file,
+        # with made-up measurements the spare can only have read from here.
+        monkeypatch.setattr(identities, "measure",
+                            lambda i: identities.Measurement(i.key, 0.0, "float64", "cpu", "planted", 0.0))
+        planted = hook._run_all()
+        hook._spare["ready"] = spare
+        hook.on_config(None)
+        assert hook._state["child"] is spare["child"] and "ready" not in hook._spare
+        registry, results = hook._ledger()
+    finally:
+        hook._stop()
+        hook._drop_spare()
+    assert {k: r.torch for k, r in results.items()} == {k: "planted" for k in planted["results"]}
+    assert sorted(registry) == sorted(planted["registry"])
+    assert "ready" not in hook._spare, "a build outside `mkdocs serve` starts no spare"
+
+    # An edit to the hooks after the spare started: it is stopped, and a fresh process measures.
+    hook._spare["keep"] = True
+    stale = hook._spawn(waiting=True)
+    hook._spare["ready"] = stale
+    monkeypatch.setattr(hook, "_own_code", lambda: ("edited",))
+    try:
+        hook.on_config(None)
+        assert stale["child"].poll() is not None and hook._state["child"] is not stale["child"]
+        hook._ledger()
+        assert hook._spare["ready"]["child"].poll() is None, "under serve, the next spare waits"
+    finally:
+        hook._stop()
+        hook._drop_spare()

@@ -506,3 +506,51 @@ def test_search_keywords_come_from_titles_and_the_config():
     assert pages_hook.title_keywords("FlexAttention: every mask as a function") == ["flexattention"]
     assert pages_hook.title_keywords("Grouped-query and multi-query attention") == ["groupedquery", "multiquery"]
     assert pages_hook.title_keywords("The KV cache") == []
+
+
+def test_mkdocs_serve_keeps_kernels_that_import_an_edited_snippet_afresh(tmp_path):
+    """Under ``mkdocs serve`` a kernel outlives the build that used it; the
+    next build's example must still see the snippet as it is now, and run with
+    the threads that build gives it. A spare kernel starts warm."""
+    hook = load_hook("examples")
+    (tmp_path / "snippets").mkdir()
+    (tmp_path / "snippets" / "__init__.py").write_text("")
+    probe = tmp_path / "snippets" / "probe.py"
+    probe.write_text("VALUE = 1\n")
+    example = tmp_path / "reads.py"
+    example.write_text("# %%\nimport torch, snippets.probe\nprint(snippets.probe.VALUE, torch.get_num_threads())\n")
+    warmed = tmp_path / "warmed.py"
+    warmed.write_text("# %%\nimport sys\nprint('torch.fx.experimental.symbolic_shapes' in sys.modules)\n")
+    import nbformat
+
+    def printed(name: str) -> str:
+        nb = nbformat.read(tmp_path / name, as_version=4)
+        return "".join(o.get("text", "") for c in nb.cells for o in c.get("outputs", [])).strip()
+
+    pool = hook.KernelPool()
+    pool.keep = True
+    try:
+        kernel = pool.take(tmp_path, 1)
+        kernel.run(example, tmp_path / "first.ipynb")
+        pool.give_back(kernel)
+        assert pool.idle == [kernel]
+        probe.write_text("VALUE = 2\n")  # the edit
+        again = pool.take(tmp_path, 2)
+        assert again is kernel, "the kept kernel was not reused"
+        again.run(example, tmp_path / "second.ipynb")
+        pool.give_back(again)
+        pool.idle.clear()
+        kernel.close()
+        pool.top_up(tmp_path, 1).join(timeout=120)
+        assert len(pool.idle) == 1
+        pool.idle[0].run(warmed, tmp_path / "warmed.ipynb")
+    finally:
+        pool.close()
+    assert printed("first.ipynb") == "1 1" and printed("second.ipynb") == "2 2"
+    assert printed("warmed.ipynb") == "True", "the spare kernel did not warm up"
+    assert not pool.idle and not kernel.alive()
+    # Outside `mkdocs serve` a kernel closes when its build is done.
+    plain = hook.KernelPool()
+    kernel = plain.take(tmp_path, 1)
+    plain.give_back(kernel)
+    assert not plain.idle and not kernel.alive() and plain.top_up(tmp_path, 1) is None

@@ -206,17 +206,14 @@ class Kernel:
         self.km = KernelManager(kernel_name="python3", transport="ipc", ip=os.path.join(self.sockets, "k"))
         self.km.start_kernel(env=env, cwd=str(root))
 
-    def run(self, example: pathlib.Path, target: pathlib.Path) -> float:
-        import jupytext
+    def _execute(self, nb) -> None:
+        """Run ``nb`` in this kernel after the hidden reset cell (left in place)."""
         import nbformat
         from nbclient import NotebookClient
 
-        start = time.perf_counter()
-        nb = jupytext.read(example)
         nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
         own = tuple(str(self.root / sub) + os.sep for sub in OWN_MODULE_DIRS)
-        reset = nbformat.v4.new_code_cell(RESET_CELL.format(own=own, threads=self.threads))
-        nb.cells.insert(0, reset)
+        nb.cells.insert(0, nbformat.v4.new_code_cell(RESET_CELL.format(own=own, threads=self.threads)))
         client = NotebookClient(nb, km=self.km, timeout=600, kernel_name="python3", allow_errors=False)
         try:
             client.execute()
@@ -225,6 +222,27 @@ class Kernel:
         finally:
             if client.kc is not None:
                 client.kc.stop_channels()
+
+    def warm(self) -> None:
+        """Import what every example imports (torch, matplotlib's inline
+        backend), so that the next example starts at once."""
+        import nbformat
+
+        self._execute(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
+            # broadcast_shapes imports torch's symbolic shapes (sympy) on its first call.
+            "import matplotlib.pyplot as _p, torch as _t\n_p.figure(); _p.close('all')\n"
+            "_t.broadcast_shapes((1,), (1,))")]))
+
+    def alive(self) -> bool:
+        return self.km.is_alive()
+
+    def run(self, example: pathlib.Path, target: pathlib.Path) -> float:
+        import jupytext
+        import nbformat
+
+        start = time.perf_counter()
+        nb = jupytext.read(example)
+        self._execute(nb)
         nb.cells.pop(0)
         for cell in nb.cells:  # number the cells as a fresh kernel would
             if cell.cell_type == "code" and cell.get("execution_count"):
@@ -243,6 +261,70 @@ class Kernel:
     def close(self) -> None:
         self.km.shutdown_kernel(now=True)
         shutil.rmtree(self.sockets, ignore_errors=True)
+
+
+class KernelPool:
+    """Kernels kept between the builds of one ``mkdocs serve``: an edit that
+    reruns an example finds a kernel that has already imported torch and
+    matplotlib (about two seconds of CPU each), instead of starting one. Each
+    example still begins with the reset cell, which drops the project's own
+    modules, so an edited snippet is imported afresh. After each build the
+    pool is topped up in the background to the number of workers a build
+    uses. A plain ``mkdocs build`` keeps nothing: its kernels close with it."""
+
+    def __init__(self):
+        self.keep = False
+        self.idle: list[Kernel] = []
+        self.lock = threading.Lock()
+
+    def take(self, root: pathlib.Path, threads: int) -> Kernel:
+        with self.lock:
+            while self.idle:
+                kernel = self.idle.pop()
+                if kernel.root == root and kernel.alive():
+                    kernel.threads = threads  # the reset cell sets torch's threads from it
+                    return kernel
+                kernel.close()
+        return Kernel(root, threads)
+
+    def give_back(self, kernel: Kernel) -> None:
+        if self.keep and kernel.alive():
+            with self.lock:
+                self.idle.append(kernel)
+                return
+        kernel.close()
+
+    def top_up(self, root: pathlib.Path, count: int) -> threading.Thread | None:
+        """Start and warm kernels in the background until ``count`` wait idle."""
+        if not self.keep:
+            return None
+
+        def fill():
+            while True:
+                with self.lock:
+                    if not self.keep or len(self.idle) >= count:
+                        return
+                try:
+                    kernel = Kernel(root, 1)
+                    kernel.warm()
+                except Exception as exc:  # noqa: BLE001 - a spare kernel is an optimisation only
+                    log.debug("examples: no spare kernel: %s", exc)
+                    return
+                self.give_back(kernel)
+
+        thread = threading.Thread(target=fill, name="field-guide-spare-kernels", daemon=True)
+        thread.start()
+        return thread
+
+    def close(self) -> None:
+        with self.lock:
+            self.keep = False
+            idle, self.idle = self.idle, []
+        for kernel in idle:
+            kernel.close()
+
+
+POOL = KernelPool()
 
 
 def _environment(config) -> str:
@@ -287,6 +369,14 @@ def _record_durations(cache_dir: pathlib.Path, measured: dict[str, float]) -> No
     tmp.replace(path)
 
 
+def max_workers() -> int:
+    """How many examples run at once: a kernel waits on its messages part of
+    the time, so one kernel more than there are cores keeps the cores busy;
+    ``FIELD_GUIDE_EXAMPLE_WORKERS`` overrides."""
+    wanted = os.environ.get("FIELD_GUIDE_EXAMPLE_WORKERS", "").strip()
+    return max(1, int(wanted) if wanted.isdigit() else (os.cpu_count() or 1) + 1)
+
+
 def start_examples(config):
     """Start executing every stale example in background threads.
 
@@ -311,10 +401,8 @@ def start_examples(config):
             todo.append((example, target))
 
     cores = os.cpu_count() or 1
-    # A kernel waits on its messages part of the time, so one kernel more than
-    # there are cores keeps the cores busy; FIELD_GUIDE_EXAMPLE_WORKERS overrides.
-    wanted = os.environ.get("FIELD_GUIDE_EXAMPLE_WORKERS", "").strip()
-    workers = max(1, min(int(wanted) if wanted.isdigit() else cores + 1, len(todo)))
+    most = max_workers()
+    workers = max(1, min(most, len(todo)))
     log.info(
         "examples: %d of %d to execute (%d cached), %d at a time",
         len(todo), len(examples), len(examples) - len(todo), workers,
@@ -351,7 +439,7 @@ def start_examples(config):
                     return
                 example, target = job
                 if kernel is None:
-                    kernel = Kernel(root, threads)
+                    kernel = POOL.take(root, threads)
                 try:
                     report(example, kernel.run(example, target))
                 except Exception as exc:  # noqa: BLE001 - reported below, fails the build
@@ -360,7 +448,7 @@ def start_examples(config):
                     kernel = None
         finally:
             if kernel is not None:
-                kernel.close()
+                POOL.give_back(kernel)
 
     def next_job():
         with lock:
@@ -377,6 +465,7 @@ def start_examples(config):
     def finish() -> None:
         for thread in threads:
             thread.join()
+        POOL.top_up(root, most)  # under `mkdocs serve`, for the next edit
         progress.close()
         if measured:
             _record_durations(cache_dir, measured)
