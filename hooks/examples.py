@@ -97,7 +97,9 @@ def on_files(files: Files, config) -> Files:
 def on_pre_page(page, config, files: Files):
     # The Markdown pages, which come first in the navigation, are rendered
     # while the examples still run; the first example page waits for them.
-    if STATE.is_example(page):
+    # Once one has failed, the next page waits for the rest and fails the
+    # build, instead of rendering every page first.
+    if STATE.is_example(page) or STATE.failed():
         STATE.wait()
     return page
 

@@ -90,6 +90,13 @@ SITE_GROUPS = {
     "test_which_kernel_browser.py": "site-widgets",
     "test_browser_deadlines.py": "site-widgets",  # one more use of that worker's Chromium
 }
+# Tests of test_browser.py that do not read page_reports and cost a build of
+# their own: with the other builds (ProperDocs, the failing example), off the
+# worker that visits every page, the longest chain of the run.
+SITE_TEST_GROUPS = {
+    "test_offline_build_reads_from_the_file_system": "site-build",
+    "test_offline_explorer_and_playground_from_the_file_system": "site-build",
+}
 # Unit-test files whose module-scoped fixture costs seconds (subprocesses, gloo
 # worlds, a trained model): each runs on one worker, so the fixture is made
 # once, not once per worker that happens to draw one of its tests.
@@ -139,12 +146,14 @@ def page_reports(browser, base_url, pages):
 
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
 def pytest_collection_modifyitems(config, items):
-    """Each test that reads the built site joins its file's group (SITE_GROUPS,
-    "site-build" for the rest); the unit tests share out one by one, except the
-    files of MODULE_GROUPS, each kept whole on one worker."""
+    """Each test that reads the built site joins its own group (SITE_TEST_GROUPS)
+    or its file's (SITE_GROUPS, "site-build" for the rest); the unit tests
+    share out one by one, except the files of MODULE_GROUPS, each kept whole
+    on one worker."""
     for item in items:
         if item.get_closest_marker("site") or item.get_closest_marker("browser"):
-            group = SITE_GROUPS.get(item.path.name, "site-build")
+            group = SITE_TEST_GROUPS.get(getattr(item, "originalname", item.name),
+                                         SITE_GROUPS.get(item.path.name, "site-build"))
             item.add_marker(pytest.mark.xdist_group(group))
         elif item.path.name in MODULE_GROUPS:
             item.add_marker(pytest.mark.xdist_group(f"module-{item.path.stem}"))

@@ -554,3 +554,29 @@ def test_mkdocs_serve_keeps_kernels_that_import_an_edited_snippet_afresh(tmp_pat
     kernel = plain.take(tmp_path, 1)
     plain.give_back(kernel)
     assert not plain.idle and not kernel.alive() and plain.top_up(tmp_path, 1) is None
+
+
+def test_a_failed_example_stops_the_build_at_the_next_page():
+    """A build whose example has failed stops at the next page (after the
+    other runs end, so every failure is reported), not after rendering all."""
+    import types
+
+    from mkdocs.exceptions import PluginError
+
+    hook = load_hook("examples")
+    page = types.SimpleNamespace(file=types.SimpleNamespace(src_uri="foundations/masks.md"))
+    waited = []
+
+    def finish():
+        waited.append(True)
+        raise PluginError("1 executed example(s) failed")
+
+    finish.failed = lambda: False
+    hook.STATE.reset()
+    hook.STATE.finish = finish
+    assert hook.on_pre_page(page, None, None) is page and not waited, "waited with nothing failed"
+    finish.failed = lambda: True
+    with pytest.raises(PluginError, match="example"):
+        hook.on_pre_page(page, None, None)
+    assert waited == [True]
+    hook.STATE.reset()

@@ -480,6 +480,7 @@ def start_examples(config):
             if stale not in wanted and stale.stem.rsplit("-", 1)[0] in {p.stem for p in examples}:
                 stale.unlink()
 
+    finish.failed = lambda: bool(failures)  # an example has failed already: the build can stop
     return results, finish
 
 

@@ -33,6 +33,10 @@ class ExamplesBuild:
     css: dict[str, str] = dataclasses.field(default_factory=dict)
     classes: set[str] = dataclasses.field(default_factory=set)
 
+    def failed(self) -> bool:
+        """Whether an example has failed already (the runs may go on)."""
+        return self.finish is not None and getattr(self.finish, "failed", lambda: False)()
+
     def is_example(self, page) -> bool:
         return page.file.src_uri in self.sources
 
