@@ -319,6 +319,13 @@ AXE_START_JS = """full => {
 }"""
 
 
+SETTLED_JS = """() => new Promise(resolve => requestAnimationFrame(() => requestAnimationFrame(() => {
+  const running = document.getAnimations().filter(a => a.playState === "running"
+    && Number.isFinite(a.effect ? a.effect.getComputedTiming().endTime : Infinity));
+  Promise.all(running.map(a => a.finished.catch(() => null))).then(() => resolve(running.length));
+})))"""
+
+
 class Tab:
     """One context and page that visits page after page (``visit_every_page``
     keeps two). Each visit still loads every file over the network: Guard's
@@ -378,6 +385,9 @@ def _start_visit(tab: Tab, base_url: str, path: str, axe_source: str | None):
         phone = bs.run_js(page, OVERFLOW_JS)
         page.set_viewport_size(DESKTOP)
         page.wait_for_function(f"() => document.documentElement.clientWidth > {PHONE['width']}")
+        # Back at full width, the navigation's colours fade in (CSS transitions);
+        # axe reads colours, so it starts once they have settled.
+        bs.run_js(page, SETTLED_JS)
         report = PageReport(
             path=path or "/",
             off_host=list(guard.off_host),
