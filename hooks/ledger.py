@@ -196,8 +196,9 @@ def _spawn(waiting: bool) -> dict:
     return {"child": child, "out": out, "log": log_path, "code": _own_code()}
 
 
-def _drop_spare() -> None:
-    spare = _spare.pop("ready", None)
+def _drop_spare(spare: dict | None = None) -> None:
+    """Stop ``spare`` (by default the one waiting) and remove its files."""
+    spare = spare if spare is not None else _spare.pop("ready", None)
     if spare is not None:
         spare["child"].kill()
         spare["child"].wait()
@@ -223,8 +224,7 @@ def on_config(config):
         _state.update(child=spare["child"], out=spare["out"], log=spare["log"])
     else:
         if spare is not None:
-            _spare["ready"] = spare
-            _drop_spare()
+            _drop_spare(spare)
         _state.update({k: v for k, v in _spawn(waiting=False).items() if k != "code"})
     return config
 

@@ -337,11 +337,8 @@ class Tab:
 
     def __init__(self, browser):
         self.search = True
-        self.context = browser.new_context(viewport=DESKTOP, color_scheme="light", service_workers="block")
-        self.guard = Guard(self.context)
-        self.context.route(SEARCH_WORKER, self._search_worker)
-        self.page = self.context.new_page()
-        self.guard.watch(self.page)
+        self.context, self.page, self.guard = new_page(browser)
+        self.context.route(SEARCH_WORKER, self._search_worker)  # tried before the Guard's
 
     def _search_worker(self, route) -> None:
         if self.search:
@@ -521,7 +518,7 @@ def visit_every_page(browser, base_url: str, pages: list[str], tab=Tab) -> dict[
     while idle:
         idle.pop().close()
     bs.PROGRESS["visit"] = "measuring LCP again and auditing the dark palette"
-    # Search runs on the audited pages only (one worker, one index, the same on
+    # Search runs on the key pages only (one worker, one index, the same on
     # every page); a page visited without it is charged the bytes they cost.
     searched = [r.search_bytes for r in reports.values() if r.searched]
     shared = max(searched, default=(0, 0))
