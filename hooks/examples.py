@@ -40,12 +40,14 @@ if _HOOKS not in sys.path:
 from field_guide_hooks.examples import notebook_html
 from field_guide_hooks.examples.bundles import bundle_files, write_bundle  # noqa: F401
 from field_guide_hooks.examples.kernels import (  # noqa: F401
+    KERNEL_NICE,
     POOL,
     ExampleError,
     Kernel,
     KernelPool,
     Progress,
     cache_key,
+    expected_order,
     start_examples,
     verbose,
 )
@@ -95,11 +97,13 @@ def on_files(files: Files, config) -> Files:
 
 @event_priority(100)  # before mkdocs-jupyter reads the notebook
 def on_pre_page(page, config, files: Files):
-    # The Markdown pages, which come first in the navigation, are rendered
-    # while the examples still run; the first example page waits for them.
+    # The Markdown pages, which on_nav puts first, are rendered while the
+    # examples still run; each example page then waits for its own example.
     # Once one has failed, the next page waits for the rest and fails the
     # build, instead of rendering every page first.
-    if STATE.is_example(page) or STATE.failed():
+    if STATE.is_example(page) and not STATE.failed():
+        STATE.ready(page)
+    if STATE.failed():
         STATE.wait()
     return page
 
@@ -108,9 +112,16 @@ def on_nav(nav, config, files: Files):
     # mkdocs-jupyter wraps each notebook File in a proxy whose own
     # ``abs_src_path`` (a cached property) is recomputed from ``src_dir``, which
     # a generated File lacks; pin it to the executed notebook.
-    for file in files:
-        if file.src_uri in STATE.sources:
-            file.__dict__["abs_src_path"] = str(STATE.executed[posixpath.basename(file.src_uri)])
+    examples = [file for file in files if file.src_uri in STATE.sources]
+    # MkDocs renders the pages in the order of `files`. The example pages go
+    # last, so every other page renders while the examples still run, and in
+    # the order their runs are expected to end, so each renders soon after.
+    order = {name: i for i, name in enumerate(STATE.order())}
+    examples.sort(key=lambda file: order.get(posixpath.basename(file.src_uri), len(order)))
+    for file in examples:
+        file.__dict__["abs_src_path"] = str(STATE.executed[posixpath.basename(file.src_uri)])
+        files.remove(file)
+        files.append(file)
     return nav
 
 

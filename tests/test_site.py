@@ -511,14 +511,20 @@ def test_search_keywords_come_from_titles_and_the_config():
 def test_mkdocs_serve_keeps_kernels_that_import_an_edited_snippet_afresh(tmp_path):
     """Under ``mkdocs serve`` a kernel outlives the build that used it; the
     next build's example must still see the snippet as it is now, and run with
-    the threads that build gives it. A spare kernel starts warm."""
+    the threads that build gives it, below the build's priority. A spare
+    kernel starts warm."""
     hook = load_hook("examples")
     (tmp_path / "snippets").mkdir()
     (tmp_path / "snippets" / "__init__.py").write_text("")
     probe = tmp_path / "snippets" / "probe.py"
     probe.write_text("VALUE = 1\n")
     example = tmp_path / "reads.py"
-    example.write_text("# %%\nimport torch, snippets.probe\nprint(snippets.probe.VALUE, torch.get_num_threads())\n")
+    example.write_text(
+        "# %%\nimport os, pathlib, torch, snippets.probe\n"
+        "group = pathlib.Path('/proc/self/autogroup')\n"
+        "print(snippets.probe.VALUE, torch.get_num_threads(), os.getpriority(os.PRIO_PROCESS, 0),\n"
+        "      group.read_text().split()[-1] if group.exists() else '-')\n"
+    )
     warmed = tmp_path / "warmed.py"
     warmed.write_text("# %%\nimport sys\nprint('torch.fx.experimental.symbolic_shapes' in sys.modules)\n")
     import nbformat
@@ -546,7 +552,10 @@ def test_mkdocs_serve_keeps_kernels_that_import_an_edited_snippet_afresh(tmp_pat
         pool.idle[0].run(warmed, tmp_path / "warmed.ipynb")
     finally:
         pool.close()
-    assert printed("first.ipynb") == "1 1" and printed("second.ipynb") == "2 2"
+    # The cells run below the build process (kernels.lower_priority).
+    nice = hook.KERNEL_NICE
+    group = nice if pathlib.Path("/proc/self/autogroup").exists() else "-"
+    assert printed("first.ipynb") == f"1 1 {nice} {group}" and printed("second.ipynb") == f"2 2 {nice} {group}"
     assert printed("warmed.ipynb") == "True", "the spare kernel did not warm up"
     assert not pool.idle and not kernel.alive()
     # Outside `mkdocs serve` a kernel closes when its build is done.
@@ -554,6 +563,56 @@ def test_mkdocs_serve_keeps_kernels_that_import_an_edited_snippet_afresh(tmp_pat
     kernel = plain.take(tmp_path, 1)
     plain.give_back(kernel)
     assert not plain.idle and not kernel.alive() and plain.top_up(tmp_path, 1) is None
+
+
+def test_the_example_pages_render_after_every_other_page(tmp_path):
+    """MkDocs renders pages in the order of its files, and the first example
+    page waits for every example: the other pages go first, so they render
+    while the examples run."""
+    from mkdocs.structure.files import File, Files
+
+    hook = load_hook("examples")
+    site = str(tmp_path / "site")
+    names = ["index.md", "examples/masks.py", "foundations/masks.md", "examples/alibi.py", "zz.md"]
+    files = Files([File(name, str(tmp_path), site, True) for name in names])
+    hook.STATE.reset()
+    hook.STATE.sources = {"examples/masks.py": "masks.py", "examples/alibi.py": "alibi.py"}
+    hook.STATE.executed = {"masks.py": tmp_path / "masks.ipynb", "alibi.py": tmp_path / "alibi.ipynb"}
+    try:
+        hook.on_nav(None, None, files)
+    finally:
+        hook.STATE.reset()
+    assert [f.src_uri for f in files] == ["index.md", "foundations/masks.md", "zz.md", "examples/masks.py",
+                                          "examples/alibi.py"]
+    assert files.get_file_from_path("examples/alibi.py").abs_src_path == str(tmp_path / "alibi.ipynb")
+
+
+def test_an_example_page_waits_for_its_own_example_only():
+    """Each example page renders as soon as its own run ends; the pages come
+    in the order the runs are expected to end (``expected_order``: handed out
+    longest first to the kernels, with the durations last measured)."""
+    import types
+
+    hook = load_hook("examples")
+    assert hook.expected_order(["long", "b", "c", "d"], 2, {"long": 5.0, "b": 1.0, "c": 1.5}) == [
+        "b", "c", "d", "long"]  # d, never measured, counts one second
+    assert hook.expected_order(["long", "b"], 1, {"long": 5.0, "b": 1.0}) == ["long", "b"]
+    page = types.SimpleNamespace(file=types.SimpleNamespace(src_uri="examples/masks.py"))
+    asked, waited = [], []
+
+    def finish():
+        waited.append(True)
+
+    finish.failed = lambda: False
+    finish.ready = asked.append
+    hook.STATE.reset()
+    hook.STATE.finish = finish
+    hook.STATE.sources = {"examples/masks.py": "masks.py"}
+    try:
+        assert hook.on_pre_page(page, None, None) is page
+    finally:
+        hook.STATE.reset()
+    assert asked == ["masks.py"] and not waited
 
 
 def test_a_failed_example_stops_the_build_at_the_next_page():

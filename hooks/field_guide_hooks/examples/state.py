@@ -44,6 +44,19 @@ class ExamplesBuild:
         """Start a new build (``mkdocs serve`` builds again in the same process)."""
         self.__dict__.update(ExamplesBuild().__dict__)
 
+    def ready(self, page) -> None:
+        """Wait for the example of ``page`` only (all of them where the
+        runs cannot tell one from another)."""
+        ready = getattr(self.finish, "ready", None)
+        if ready is None:
+            self.wait()
+        else:
+            ready(pathlib.PurePosixPath(page.file.src_uri).name)
+
+    def order(self) -> list[str]:
+        """Example file names in the order their runs are expected to end."""
+        return list(getattr(self.finish, "order", []))
+
     def wait(self) -> None:
         """Wait for the examples (once); raise if one failed."""
         finish, self.finish = self.finish, None
