@@ -382,9 +382,8 @@ def _known_durations(cache_dir: pathlib.Path) -> dict[str, float]:
         return {}
 
 
-def _longest_first(todo, cache_dir: pathlib.Path):
+def _longest_first(todo, known: dict[str, float]):
 
-    known = _known_durations(cache_dir)
     fallback = {name: 1000.0 - i for i, name in enumerate(LONG_FIRST)}
     return sorted(todo, key=lambda job: -known.get(job[0].name, fallback.get(job[0].name, 0.0)))
 
@@ -462,15 +461,21 @@ def start_examples(config):
     done = 0
     lock = threading.Lock()
     started = time.perf_counter()
-    pending = _longest_first(todo, cache_dir)
+    known = _known_durations(cache_dir)
+    pending = _longest_first(todo, known)
     measured: dict[str, float] = {}
     ended = {example.name: threading.Event() for example, _ in todo}  # set when the run ends, failed or not
 
     def report(example, seconds=None, error=None):
+        try:
+            _report(example, seconds, error)
+        finally:  # after the failure is on record: a page that waited on it sees it
+            ended[example.name].set()
+
+    def _report(example, seconds, error):
         nonlocal done
         with lock:
             done += 1
-            ended[example.name].set()
             if error is None:
                 measured[example.name] = seconds
                 progress.step(f"[{done}/{len(todo)}] {example.name} ran in {seconds:.1f} s")
@@ -539,7 +544,7 @@ def start_examples(config):
     finish.failed = lambda: bool(failures)  # an example has failed already: the build can stop
     finish.ready = ready
     finish.order = [e.name for e in examples if e.name not in ended] + expected_order(
-        [example.name for example, _ in pending], workers, _known_durations(cache_dir))
+        [example.name for example, _ in pending], workers, known)
     return results, finish
 
 
