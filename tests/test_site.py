@@ -566,9 +566,9 @@ def test_mkdocs_serve_keeps_kernels_that_import_an_edited_snippet_afresh(tmp_pat
 
 
 def test_the_example_pages_render_after_every_other_page(tmp_path):
-    """MkDocs renders pages in the order of its files, and the first example
-    page waits for every example: the other pages go first, so they render
-    while the examples run."""
+    """MkDocs renders pages in the order of its files, and an example page
+    waits for its example: the other pages go first, so they render while the
+    examples run."""
     from mkdocs.structure.files import File, Files
 
     hook = load_hook("examples")

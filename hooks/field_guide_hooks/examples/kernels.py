@@ -405,10 +405,7 @@ def expected_order(names: list[str], workers: int, known: dict[str, float]) -> l
 def _record_durations(cache_dir: pathlib.Path, measured: dict[str, float]) -> None:
 
     path = cache_dir / DURATIONS
-    try:
-        known = json.loads(path.read_text())
-    except (OSError, ValueError):
-        known = {}
+    known = _known_durations(cache_dir)
     known.update({name: round(seconds, 2) for name, seconds in measured.items()})
     tmp = path.with_suffix(f".{os.getpid()}.tmp")
     tmp.write_text(json.dumps(known, indent=0, sort_keys=True))

@@ -45,13 +45,10 @@ class ExamplesBuild:
         self.__dict__.update(ExamplesBuild().__dict__)
 
     def ready(self, page) -> None:
-        """Wait for the example of ``page`` only (all of them where the
-        runs cannot tell one from another)."""
-        ready = getattr(self.finish, "ready", None)
-        if ready is None:
-            self.wait()
-        else:
-            ready(pathlib.PurePosixPath(page.file.src_uri).name)
+        """Wait for the example of ``page`` only (nothing to wait for once
+        ``wait`` has run)."""
+        if self.finish is not None:
+            self.finish.ready(pathlib.PurePosixPath(page.file.src_uri).name)
 
     def order(self) -> list[str]:
         """Example file names in the order their runs are expected to end."""
