@@ -68,6 +68,7 @@ def on_shutdown() -> None:
 
 
 def on_config(config):
+    notebook_html.share_compiled_templates()
     if not verbose():
         for name in NOISY_LOGGERS:
             logging.getLogger(name).setLevel(logging.WARNING)

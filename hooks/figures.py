@@ -31,6 +31,7 @@ drawn for the palette in use.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata
 import importlib.util
 import io
@@ -55,7 +56,7 @@ _HOOKS = str(pathlib.Path(__file__).resolve().parent)
 if _HOOKS not in sys.path:
     sys.path.append(_HOOKS)
 
-from field_guide_hooks import closure  # noqa: E402
+from field_guide_hooks import closure, heap  # noqa: E402
 
 log = logging.getLogger("mkdocs.hooks.figures")
 
@@ -190,6 +191,21 @@ def _cache_dir(root: pathlib.Path) -> pathlib.Path:
     return closure.cache_root(root) / "figures"
 
 
+@contextlib.contextmanager
+def _one_thread():
+    """Draw with one torch thread: the figures compute on small tensors, and the
+    build shares the cores with the example kernels, where a second thread only
+    spins while it waits for a core."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
 def render_all(docs_dir: pathlib.Path, root: pathlib.Path) -> dict[str, pathlib.Path]:
     """Render the stale scripts; return ``"script/name-palette"`` -> SVG path."""
     scripts_dir = docs_dir / FIGURES_DIR
@@ -206,7 +222,9 @@ def render_all(docs_dir: pathlib.Path, root: pathlib.Path) -> dict[str, pathlib.
         target = cache / f"{script.stem}-{cache_key(script, roots, environment)[:20]}"
         if not (target / "index.json").is_file():
             try:
-                render_script(script, target)
+                with _one_thread():
+                    render_script(script, target)
+                heap.settle()  # the next script's collections skip what this one loaded
                 drawn += 1
             except FigureError as exc:
                 log.warning("figures: %s", exc)
@@ -245,7 +263,12 @@ def _prune(cache: pathlib.Path, wanted: set[pathlib.Path]) -> None:
 # ----------------------------------------------------------------------------
 def on_files(files: Files, config) -> Files:
     root = pathlib.Path(config.config_file_path).resolve().parent
+    # The build's imports are loaded: the figures' garbage is collected
+    # without walking them again. Drawn, the figures' garbage goes too, and
+    # the page rendering that follows collects only what it makes.
+    heap.settle()
     svgs = render_all(pathlib.Path(config.docs_dir), root)
+    heap.settle()
     _state["svgs"] = svgs
     _state["used"] = set()
     for file in list(files):  # the scripts draw the figures; they are not pages

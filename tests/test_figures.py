@@ -247,3 +247,34 @@ def test_a_figure_no_page_shows_is_a_warning(caplog):
     hook._state["used"] = set()
     hook.on_env(None, None, None)
     assert [r for r in caplog.records if r.getMessage() == "figures: docs/figures/demo.py:square is shown on no page"]
+
+
+def test_figures_draw_on_one_torch_thread_and_give_the_others_back(tmp_path, monkeypatch):
+    """The build shares the cores with the example kernels: a figure computes
+    on one thread (a second one only spins while it waits for a core), and the
+    build's own thread count is restored afterwards."""
+    import torch
+
+    hook = load_hook()
+    docs = tmp_path / "docs"
+    (docs / "figures").mkdir(parents=True)
+    (docs / "figures" / "threads.py").write_text(textwrap.dedent("""\
+        import torch
+        from matplotlib.figure import Figure
+
+        def count(s):
+            fig = Figure(figsize=(1, 1))
+            fig.text(0.1, 0.5, f"threads {torch.get_num_threads()}")
+            return fig
+    """))
+    monkeypatch.setenv("FIELD_GUIDE_FIGURE_CACHE", str(tmp_path / "cache"))
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        svgs = hook.render_all(docs, tmp_path)
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+    for palette in hook.PALETTES:
+        drawn = svgs[f"threads/count-{palette}"].read_text()
+        assert "threads 1" in drawn, palette

@@ -212,6 +212,36 @@ def test_examples_sharing_a_kernel_start_clean(tmp_path):
     assert nb.metadata["field_guide"]["alts"] == ["A line drawn by the second example."]
 
 
+def test_an_example_starts_with_the_kernel_frozen_and_the_last_ones_garbage_gone(tmp_path):
+    """The reset between examples collects the previous example's garbage, then
+    freezes what survives (torch, matplotlib): an example's collections, and
+    the next reset's, walk only the objects made since (0.33 s of CPU per
+    example before, 0.03 s after)."""
+    import nbformat
+
+    hook = load_hook("examples")
+    first = tmp_path / "first.py"
+    first.write_text(
+        "# %%\nimport builtins, weakref\nclass Node:\n    pass\n"
+        "node = Node()\nnode.itself = node  # a cycle: only the collector frees it\n"
+        "builtins.field_guide_probe = weakref.ref(node)\n"
+    )
+    second = tmp_path / "second.py"
+    second.write_text(
+        "# %%\nimport builtins, gc\n"
+        "print(builtins.field_guide_probe() is None, gc.get_freeze_count() > 100_000)\n"
+    )
+    kernel = hook.Kernel(ROOT, 1)
+    try:
+        for example in (first, second):
+            kernel.run(example, tmp_path / f"{example.stem}.ipynb")
+    finally:
+        kernel.close()
+    nb = nbformat.read(tmp_path / "second.ipynb", as_version=4)
+    printed = "".join(o.get("text", "") for c in nb.cells for o in c.get("outputs", []))
+    assert printed.split() == ["True", "True"], printed
+
+
 def test_reset_unloads_only_the_projects_own_modules(tmp_path, monkeypatch):
     """A virtual environment inside the clone (``.venv``) puts torch under the
     repository root: the reset between examples must leave such modules loaded
@@ -639,3 +669,76 @@ def test_a_failed_example_stops_the_build_at_the_next_page():
         hook.on_pre_page(page, None, None)
     assert waited == [True]
     hook.STATE.reset()
+
+
+def test_abbreviations_explain_themselves_on_pages_and_in_docstrings(built_site):
+    """Every term of docs/includes/abbreviations.txt gets its hover text on a
+    Markdown page and inside the API reference's converted docstrings."""
+    glossary = load_hook("pages").abbreviations(DOCS / "includes" / "abbreviations.txt")
+    assert "SDPA" in glossary and len(glossary) >= 10
+    for src in ("foundations/scaled-dot-product.md", "api/efficiency.md"):
+        page = page_path(built_site, src).read_text(encoding="utf-8")
+        titles = {html.unescape(t) for t in re.findall(r'<abbr title="([^"]*)">SDPA</abbr>', page)}
+        assert titles == {glossary["SDPA"]}, src
+    docstrings = page_path(built_site, "api/efficiency.md").read_text(encoding="utf-8")
+    assert re.search(r'<div class="doc-md-description">(?:(?!</div>).)*<abbr title=', docstrings, re.S), \
+        "no docstring of the API reference carries a hover text"
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("*[SDPA]: Scaled dot-product attention\nSDPA is attention\n", "abbreviations.txt:2: expected"),
+        ("*[GQA]: Grouped-query\n\n*[GQA]: again\n", "abbreviations.txt:3: 'GQA' is defined twice"),
+        ("*[MLA]:\n", "abbreviations.txt:1: expected"),
+    ],
+)
+def test_a_malformed_abbreviation_fails_the_build(tmp_path, text, message):
+    from mkdocs.exceptions import PluginError
+
+    path = tmp_path / "abbreviations.txt"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(PluginError, match=re.escape(message)):
+        load_hook("pages").abbreviations(path)
+
+
+def test_abbreviations_are_read_into_the_glossary(tmp_path):
+    path = tmp_path / "abbreviations.txt"
+    path.write_text("*[KV]: Keys and values\n\n*[MQA]: Multi-query attention: one K/V head\n", encoding="utf-8")
+    assert load_hook("pages").abbreviations(path) == {
+        "KV": "Keys and values", "MQA": "Multi-query attention: one K/V head"}
+
+
+def test_notebook_templates_are_compiled_once_per_process(tmp_path):
+    """mkdocs-jupyter makes new nbconvert exporters for every notebook; with
+    the shared bytecode cache the second notebook compiles no template, and its
+    page is the same as without the cache."""
+    import sys
+
+    import nbformat
+    from mkdocs_jupyter import nbconvert2
+    from nbconvert.exporters.templateexporter import TemplateExporter
+
+    sys.path.append(str(ROOT / "hooks"))
+    from field_guide_hooks.examples import notebook_html
+
+    notebook = tmp_path / "demo.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_markdown_cell("# Demo\n\nSome *text*."),
+        nbformat.v4.new_code_cell("print(1 + 1)", outputs=[nbformat.v4.new_output("stream", text="2\n")]),
+    ]), notebook)
+    original = TemplateExporter._create_environment
+    try:
+        plain = nbconvert2.nb2html(str(notebook), allow_errors=False)
+        notebook_html.share_compiled_templates()
+        notebook_html.share_compiled_templates()  # a second call changes nothing
+        assert TemplateExporter._create_environment.field_guide_shared
+        first = nbconvert2.nb2html(str(notebook), allow_errors=False)
+        compiled, hits = len(notebook_html.TEMPLATES.code), notebook_html.TEMPLATES.hits
+        second = nbconvert2.nb2html(str(notebook), allow_errors=False)
+    finally:
+        TemplateExporter._create_environment = original
+    assert compiled > 0
+    assert len(notebook_html.TEMPLATES.code) == compiled, "the second notebook compiled a template again"
+    assert notebook_html.TEMPLATES.hits >= hits + compiled
+    assert plain == first == second

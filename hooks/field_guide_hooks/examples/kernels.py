@@ -117,7 +117,9 @@ def _alt_texts(nb) -> list[str]:
 # with, and the project's own modules (snippets/, bench/, docs/examples/)
 # imported afresh. Everything else stays loaded, third-party modules included,
 # even when they live under the repository root (a `.venv` inside the clone
-# holds torch there, and unloading torch crashes the kernel).
+# holds torch there, and unloading torch crashes the kernel). Last, the garbage
+# is collected and what survives is frozen (field_guide_hooks/heap.py): the
+# example's own collections, and the next reset's, then skip torch and the rest.
 RESET_CELL = """\
 %reset -f
 import sys as _s, matplotlib as _m, matplotlib.pyplot as _p, torch as _t
@@ -148,7 +150,9 @@ def _fail_on_own_warning(message, category, filename, lineno, file=None, line=No
                        f"{{mine[-1].line}}; the build treats it as an error)")
     _show(message, category, filename, lineno, file, line)
 _w.showwarning = _fail_on_own_warning
-del _s, _m, _p, _t, _n, _w, _tb, _th, _fail_on_own_warning
+import gc as _gc
+_gc.collect(); _gc.freeze()
+del _s, _m, _p, _t, _n, _w, _tb, _th, _fail_on_own_warning, _gc
 """
 
 

@@ -10,6 +10,12 @@
 * nbconvert's loaders of MathJax and mermaid (from a CDN) are dropped (the
   site's KaTeX typesets the notebooks), and its stylesheet (about 600 kB per
   page) moves to one shared file, pruned to the rules the pages can match.
+* mkdocs-jupyter makes two nbconvert exporters per notebook (the page and its
+  table of contents), and each compiles nbconvert's Jinja templates afresh.
+  ``share_compiled_templates`` gives every exporter one in-memory bytecode
+  cache, keyed by each template's name and text, so a template is compiled once
+  per build process: converting the 37 executed notebooks took 6.0 s of CPU
+  with a compile per exporter and 3.2 s with the shared cache.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ import pathlib
 import posixpath
 import re
 
+import jinja2
 from mkdocs.utils import get_relative_url
 
 from field_guide_hooks.examples.state import EXAMPLES_DIR, LOGGER, ExamplesBuild
@@ -215,3 +222,42 @@ def write_stylesheets(site_dir: pathlib.Path, state: ExamplesBuild) -> None:
         target = site_dir / uri
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(prune_css(css, state.classes), encoding="utf-8")
+
+
+class SharedTemplates(jinja2.BytecodeCache):
+    """A Jinja bytecode cache held in memory, keyed by the template's name and
+    a checksum of its text (an edited template is compiled again)."""
+
+    def __init__(self):
+        self.code: dict[tuple[str, str], object] = {}
+        self.hits = 0
+
+    def load_bytecode(self, bucket) -> None:
+        code = self.code.get((bucket.key, bucket.checksum))
+        if code is not None:
+            bucket.code = code
+            self.hits += 1
+
+    def dump_bytecode(self, bucket) -> None:
+        self.code[(bucket.key, bucket.checksum)] = bucket.code
+
+
+TEMPLATES = SharedTemplates()
+
+
+def share_compiled_templates() -> None:
+    """Give every nbconvert exporter made from now on ``TEMPLATES`` as its
+    Jinja bytecode cache (once per process)."""
+    from nbconvert.exporters.templateexporter import TemplateExporter
+
+    create = TemplateExporter._create_environment
+    if getattr(create, "field_guide_shared", False):
+        return
+
+    def create_environment(self):
+        environment = create(self)
+        environment.bytecode_cache = TEMPLATES
+        return environment
+
+    create_environment.field_guide_shared = True
+    TemplateExporter._create_environment = create_environment
