@@ -218,13 +218,24 @@ def render_all(docs_dir: pathlib.Path, root: pathlib.Path) -> dict[str, pathlib.
     drawn = 0
     svgs: dict[str, pathlib.Path] = {}
     failures: list[str] = []
-    for script in scripts:
-        target = cache / f"{script.stem}-{cache_key(script, roots, environment)[:20]}"
+    targets = {script: cache / f"{script.stem}-{cache_key(script, roots, environment)[:20]}" for script in scripts}
+    # A cold build draws every script: settle the heap (field_guide_hooks/heap.py)
+    # first and after each script, so the drawing's collections skip the
+    # build's imports and the scripts drawn before. A rebuild after one edit
+    # draws one or two scripts, where a settle would cost more than it saves;
+    # the first build of a process settles anyway, so that its rebuilds'
+    # collections skip the imports.
+    stale = sum(not (target / "index.json").is_file() for target in targets.values())
+    settle = stale > 2 or not heap.settled()
+    if settle:
+        heap.settle()
+    for script, target in targets.items():
         if not (target / "index.json").is_file():
             try:
                 with _one_thread():
                     render_script(script, target)
-                heap.settle()  # the next script's collections skip what this one loaded
+                if settle:
+                    heap.settle()
                 drawn += 1
             except FigureError as exc:
                 log.warning("figures: %s", exc)
@@ -263,12 +274,7 @@ def _prune(cache: pathlib.Path, wanted: set[pathlib.Path]) -> None:
 # ----------------------------------------------------------------------------
 def on_files(files: Files, config) -> Files:
     root = pathlib.Path(config.config_file_path).resolve().parent
-    # The build's imports are loaded: the figures' garbage is collected
-    # without walking them again. Drawn, the figures' garbage goes too, and
-    # the page rendering that follows collects only what it makes.
-    heap.settle()
     svgs = render_all(pathlib.Path(config.docs_dir), root)
-    heap.settle()
     _state["svgs"] = svgs
     _state["used"] = set()
     for file in list(files):  # the scripts draw the figures; they are not pages

@@ -34,7 +34,7 @@ from mkdocs.utils import get_relative_url
 if str(pathlib.Path(__file__).resolve().parent) not in sys.path:
     sys.path.append(str(pathlib.Path(__file__).resolve().parent))
 
-from field_guide_hooks import closure, heap  # noqa: E402
+from field_guide_hooks import closure  # noqa: E402
 from field_guide_hooks.api_reference import INCLUDE  # noqa: E402  (the include lines)
 
 log = logging.getLogger("mkdocs.hooks.pages")
@@ -68,7 +68,6 @@ def abbreviations(path: pathlib.Path) -> dict[str, str]:
 
 @event_priority(200)  # first: the examples hook keys its cache on the device
 def on_config(config):
-    heap.release()  # what a previous build of `mkdocs serve` froze can be freed again
     root = _root(config)
     if str(root) not in sys.path:
         sys.path.insert(0, str(root))
