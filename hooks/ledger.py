@@ -329,9 +329,10 @@ if __name__ == "__main__":
     # ``python hooks/ledger.py --wait OUT``: the spare of ``mkdocs serve``, which
     # imports torch first and measures once a line arrives (none: it exits).
     if sys.argv[1] == "--wait":
-        import torch  # noqa: F401 - every identity imports it; an edit to the site cannot change it
+        import torch  # every identity imports it; an edit to the site cannot change it
 
-        print("waiting", flush=True)  # into the log: the spare is ready
+        # Into the log: the spare is ready, and on how many threads it will measure.
+        print(f"waiting; torch threads: {torch.get_num_threads()}", flush=True)
         if not sys.stdin.readline():
             sys.exit(0)
     pathlib.Path(sys.argv[-1]).write_text(json.dumps(_run_all()), encoding="utf-8")

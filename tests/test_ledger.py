@@ -184,6 +184,8 @@ def test_the_spare_of_mkdocs_serve_measures_what_is_there_when_told(tmp_path, mo
         while "waiting" not in pathlib.Path(spare["log"]).read_text() and time.monotonic() < deadline:
             time.sleep(0.1)
         assert spare["child"].poll() is None, "the spare should wait for its line"
+        # One thread: the build and the example kernels share the cores with it.
+        assert "waiting; torch threads: 1" in pathlib.Path(spare["log"]).read_text()
         # Written after the spare started: a record for every identities file,
         # with made-up measurements the spare can only have read from here.
         monkeypatch.setattr(identities, "measure",
