@@ -179,34 +179,38 @@ def test_cache_key_follows_the_code_an_example_imports(tmp_path):
     assert hook.cache_key(example, [tmp_path], "other torch") != key()
 
 
-def test_examples_sharing_a_kernel_start_clean(tmp_path):
-    """A worker's kernel runs several examples; none may see another's state,
-    and each still shows its figures."""
+def _run_two_in_one_kernel(root: pathlib.Path, tmp_path: pathlib.Path, first: str, second: str):
+    """Run the example sources ``first`` then ``second`` in one kernel, as a
+    worker does; return the second's executed notebook and what it printed."""
     import nbformat
 
     hook = load_hook("examples")
-    first = tmp_path / "first.py"
-    first.write_text(
-        "# %%\nimport torch, matplotlib\nimport matplotlib.pyplot as plt\n"
-        "leftover = 1\ntorch.set_num_threads(2)\ntorch.set_default_dtype(torch.float64)\n"
-        "matplotlib.rcParams['lines.linewidth'] = 9.0\n"
-        "# %%\n# alt: A line drawn by the first example.\nplt.plot([1, 2]);\n"
-    )
-    second = tmp_path / "second.py"
-    second.write_text(
-        "# %%\nimport torch, matplotlib\nimport matplotlib.pyplot as plt\n"
-        "print('leftover' in globals(), torch.get_num_threads(), torch.get_default_dtype(),"
-        " matplotlib.rcParams['lines.linewidth'], len(plt.get_fignums()))\n"
-        "# %%\n# alt: A line drawn by the second example.\nplt.plot([2, 1]);\n"
-    )
-    kernel = hook.Kernel(ROOT, 1)
+    kernel = hook.Kernel(root, 1)
     try:
-        for example in (first, second):
-            kernel.run(example, tmp_path / f"{example.stem}.ipynb")
+        for name, source in (("first", first), ("second", second)):
+            example = tmp_path / f"{name}.py"
+            example.write_text(source)
+            kernel.run(example, tmp_path / f"{name}.ipynb")
     finally:
         kernel.close()
     nb = nbformat.read(tmp_path / "second.ipynb", as_version=4)
-    printed = "".join(o.get("text", "") for c in nb.cells for o in c.get("outputs", []))
+    return nb, "".join(o.get("text", "") for c in nb.cells for o in c.get("outputs", []))
+
+
+def test_examples_sharing_a_kernel_start_clean(tmp_path):
+    """A worker's kernel runs several examples; none may see another's state,
+    and each still shows its figures."""
+    nb, printed = _run_two_in_one_kernel(
+        ROOT, tmp_path,
+        "# %%\nimport torch, matplotlib\nimport matplotlib.pyplot as plt\n"
+        "leftover = 1\ntorch.set_num_threads(2)\ntorch.set_default_dtype(torch.float64)\n"
+        "matplotlib.rcParams['lines.linewidth'] = 9.0\n"
+        "# %%\n# alt: A line drawn by the first example.\nplt.plot([1, 2]);\n",
+        "# %%\nimport torch, matplotlib\nimport matplotlib.pyplot as plt\n"
+        "print('leftover' in globals(), torch.get_num_threads(), torch.get_default_dtype(),"
+        " matplotlib.rcParams['lines.linewidth'], len(plt.get_fignums()))\n"
+        "# %%\n# alt: A line drawn by the second example.\nplt.plot([2, 1]);\n",
+    )
     assert printed.strip() == "False 1 torch.float32 1.5 0", printed
     assert nb.cells[0].execution_count == 1, "the hidden reset cell must not shift the numbering"
     assert nb.metadata["field_guide"]["alts"] == ["A line drawn by the second example."]
@@ -217,28 +221,14 @@ def test_an_example_starts_with_the_kernel_frozen_and_the_last_ones_garbage_gone
     freezes what survives (torch, matplotlib): an example's collections, and
     the next reset's, walk only the objects made since (0.33 s of CPU per
     example before, 0.03 s after)."""
-    import nbformat
-
-    hook = load_hook("examples")
-    first = tmp_path / "first.py"
-    first.write_text(
+    _, printed = _run_two_in_one_kernel(
+        ROOT, tmp_path,
         "# %%\nimport builtins, weakref\nclass Node:\n    pass\n"
         "node = Node()\nnode.itself = node  # a cycle: only the collector frees it\n"
-        "builtins.field_guide_probe = weakref.ref(node)\n"
-    )
-    second = tmp_path / "second.py"
-    second.write_text(
+        "builtins.field_guide_probe = weakref.ref(node)\n",
         "# %%\nimport builtins, gc\n"
-        "print(builtins.field_guide_probe() is None, gc.get_freeze_count() > 100_000)\n"
+        "print(builtins.field_guide_probe() is None, gc.get_freeze_count() > 100_000)\n",
     )
-    kernel = hook.Kernel(ROOT, 1)
-    try:
-        for example in (first, second):
-            kernel.run(example, tmp_path / f"{example.stem}.ipynb")
-    finally:
-        kernel.close()
-    nb = nbformat.read(tmp_path / "second.ipynb", as_version=4)
-    printed = "".join(o.get("text", "") for c in nb.cells for o in c.get("outputs", []))
     assert printed.split() == ["True", "True"], printed
 
 
@@ -246,7 +236,6 @@ def test_reset_unloads_only_the_projects_own_modules(tmp_path, monkeypatch):
     """A virtual environment inside the clone (``.venv``) puts torch under the
     repository root: the reset between examples must leave such modules loaded
     and re-import only snippets/, bench/ and docs/examples/."""
-    hook = load_hook("examples")
     (tmp_path / "snippets").mkdir()
     (tmp_path / "snippets" / "__init__.py").write_text("")
     (tmp_path / "snippets" / "probe.py").write_text("VALUE = 1\n")
@@ -254,23 +243,12 @@ def test_reset_unloads_only_the_projects_own_modules(tmp_path, monkeypatch):
     site_packages.mkdir(parents=True)
     (site_packages / "vendored_lib.py").write_text("LOADS = []\n")
     monkeypatch.setenv("PYTHONPATH", str(site_packages))
-    first = tmp_path / "first.py"
-    first.write_text("# %%\nimport vendored_lib, snippets.probe\nvendored_lib.LOADS.append(1)\n")
-    second = tmp_path / "second.py"
-    second.write_text(
+    _, printed = _run_two_in_one_kernel(
+        tmp_path, tmp_path,
+        "# %%\nimport vendored_lib, snippets.probe\nvendored_lib.LOADS.append(1)\n",
         "# %%\nimport sys\nprint('vendored_lib' in sys.modules, 'snippets.probe' in sys.modules)\n"
-        "import vendored_lib\nprint(vendored_lib.LOADS)\n"
+        "import vendored_lib\nprint(vendored_lib.LOADS)\n",
     )
-    kernel = hook.Kernel(tmp_path, 1)
-    try:
-        for example in (first, second):
-            kernel.run(example, tmp_path / f"{example.stem}.ipynb")
-    finally:
-        kernel.close()
-    import nbformat
-
-    nb = nbformat.read(tmp_path / "second.ipynb", as_version=4)
-    printed = "".join(o.get("text", "") for c in nb.cells for o in c.get("outputs", []))
     assert printed.split() == ["True", "False", "[1]"], printed
 
 
