@@ -17,9 +17,10 @@ of a figure or two. What the first build held when it settled (its
 configuration, its file list) then stays when a rebuild of ``mkdocs serve``
 replaces it: once per process, not once per rebuild.
 
-``release`` hands the frozen objects back to the collector; a process that
-settled calls it before it exits: the final collection skips frozen objects,
-and triton's bindings would print a page of "leaked" objects at exit.
+``release`` hands the frozen objects back to the collector. The ledger's
+process, which loads triton, calls it before it exits: the final collection
+skips frozen objects, and triton's bindings would print a page of "leaked"
+objects at exit.
 """
 
 from __future__ import annotations
