@@ -40,7 +40,7 @@ _HOOKS = str(pathlib.Path(__file__).resolve().parent)
 if _HOOKS not in sys.path:
     sys.path.append(_HOOKS)
 
-from field_guide_hooks import closure  # noqa: E402
+from field_guide_hooks import closure, torch_threads  # noqa: E402
 
 log = logging.getLogger("mkdocs.hooks.explorer")
 
@@ -87,14 +87,9 @@ def train():
 
     config = GPTConfig(vocab_size=N_DIGITS + 1, d_model=64, n_layers=2, n_heads=4, d_ff=128,
                        max_len=2 * LENGTH + 1, dropout=0.0, norm_first=True)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # one thread: the same numbers on every run
-    try:
-        with torch.device("cpu"):
-            return train_tiny_gpt(_make_block, config=config, length=LENGTH, n_digits=N_DIGITS,
-                                  steps=STEPS, seed=SEED)
-    finally:
-        torch.set_num_threads(threads)
+    with torch_threads.one_thread(), torch.device("cpu"):  # one thread: the same numbers on every run
+        return train_tiny_gpt(_make_block, config=config, length=LENGTH, n_digits=N_DIGITS,
+                              steps=STEPS, seed=SEED)
 
 
 def layer_inputs(model, ids):

@@ -31,7 +31,6 @@ drawn for the palette in use.
 
 from __future__ import annotations
 
-import contextlib
 import importlib.metadata
 import importlib.util
 import io
@@ -56,7 +55,7 @@ _HOOKS = str(pathlib.Path(__file__).resolve().parent)
 if _HOOKS not in sys.path:
     sys.path.append(_HOOKS)
 
-from field_guide_hooks import closure, heap  # noqa: E402
+from field_guide_hooks import closure, heap, torch_threads  # noqa: E402
 
 log = logging.getLogger("mkdocs.hooks.figures")
 
@@ -191,21 +190,6 @@ def _cache_dir(root: pathlib.Path) -> pathlib.Path:
     return closure.cache_root(root) / "figures"
 
 
-@contextlib.contextmanager
-def _one_thread():
-    """Draw with one torch thread: the figures compute on small tensors, and the
-    build shares the cores with the example kernels, where a second thread only
-    spins while it waits for a core."""
-    import torch
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
-
-
 def render_all(docs_dir: pathlib.Path, root: pathlib.Path) -> dict[str, pathlib.Path]:
     """Render the stale scripts; return ``"script/name-palette"`` -> SVG path."""
     scripts_dir = docs_dir / FIGURES_DIR
@@ -232,7 +216,7 @@ def render_all(docs_dir: pathlib.Path, root: pathlib.Path) -> dict[str, pathlib.
     for script, target in targets.items():
         if not (target / "index.json").is_file():
             try:
-                with _one_thread():
+                with torch_threads.one_thread():
                     render_script(script, target)
                 if settle:
                     heap.settle()
