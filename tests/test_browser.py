@@ -347,9 +347,13 @@ class Tab:
             route.fulfill(**SEARCH_STUB)
 
     def load(self, url: str, search: bool) -> None:
-        """A new visit: empty the storage the last page left, then load ``url``."""
+        """A new visit: empty the storage the last page left and go back to the
+        desktop width (the last visit ended at a phone's), then load ``url``.
+        The old page is hidden first, so going back to 1280 px lays out nothing."""
         bs.run_js(self.page, "() => { try { localStorage.clear(); sessionStorage.clear(); } catch (e) {} "
-                             "return true; }")
+                             "document.documentElement.style.display = 'none'; return true; }")
+        if self.page.viewport_size != DESKTOP:
+            self.page.set_viewport_size(DESKTOP)
         self.guard.reset()
         self.search = search
         open_page(self.page, url, search=search, guard=self.guard)
@@ -376,15 +380,6 @@ def _start_visit(tab: Tab, base_url: str, path: str, axe_source: str | None):
             "() => [...document.querySelectorAll('.clipboard-copy-txt')]"
             ".filter(el => getComputedStyle(el).display !== 'none').length"
         )
-        page.set_viewport_size(PHONE)
-        page.wait_for_function(f"() => document.documentElement.clientWidth <= {PHONE['width']}")
-        bs.run_js(page, "() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))")
-        phone = bs.run_js(page, OVERFLOW_JS)
-        page.set_viewport_size(DESKTOP)
-        page.wait_for_function(f"() => document.documentElement.clientWidth > {PHONE['width']}")
-        # Back at full width, the navigation's colours fade in (CSS transitions);
-        # axe reads colours, so it starts once they have settled.
-        bs.run_js(page, SETTLED_JS)
         report = PageReport(
             path=path or "/",
             off_host=list(guard.off_host),
@@ -396,7 +391,7 @@ def _start_visit(tab: Tab, base_url: str, path: str, axe_source: str | None):
             lcp_tries=1,
             math=math,
             images=images,
-            phone=phone,
+            phone={},  # measured last, by _finish_visit
         )
         report.headings = headings
         report.searched = search
@@ -404,6 +399,8 @@ def _start_visit(tab: Tab, base_url: str, path: str, axe_source: str | None):
             report.search_bytes = (sum(b for u, b in guard.bytes.items() if is_search_file(u)),
                                    sum(b for u, b in guard.raw_bytes.items() if is_search_file(u)))
         if axe_source is not None:
+            # axe reads colours: it starts once any CSS transition has settled.
+            bs.run_js(page, SETTLED_JS)
             page.add_script_tag(content=axe_source)
             bs.run_js(page, AXE_START_JS, path in AXE_KEY_PAGES)
     except BaseException:
@@ -413,12 +410,20 @@ def _start_visit(tab: Tab, base_url: str, path: str, axe_source: str | None):
 
 
 def _finish_visit(report: PageReport, tab: Tab) -> None:
-    """Collect axe-core's findings, then measure the layout at 1280 px with
-    every fold open (after axe: the measurement opens folds and tabs)."""
+    """Collect axe-core's findings, measure the layout at 1280 px with every
+    fold and tab open (after axe: the measurement opens them), then narrow the
+    page to a phone's width, still open, and look for sideways scrolling: what
+    a reader can open must fit a phone too. The width changes once per visit;
+    ``Tab.load`` widens the tab again for the next page."""
+    page = tab.page
     try:
-        report.axe = bs.run_js(tab.page, "() => window.__axe") if report.audited else []
-        tab.page.wait_for_function(bs.TYPESET_JS, timeout=10_000)
-        report.layout = bs.run_js(tab.page, bs.LAYOUT_JS)
+        report.axe = bs.run_js(page, "() => window.__axe") if report.audited else []
+        page.wait_for_function(bs.TYPESET_JS, timeout=10_000)
+        report.layout = bs.run_js(page, bs.LAYOUT_JS)
+        page.set_viewport_size(PHONE)
+        page.wait_for_function(f"() => document.documentElement.clientWidth <= {PHONE['width']}")
+        bs.run_js(page, "() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))")
+        report.phone = bs.run_js(page, OVERFLOW_JS)
     except BaseException:
         tab.close()
         raise
