@@ -349,10 +349,13 @@ class Tab:
     def load(self, url: str, search: bool) -> None:
         """A new visit: empty the storage the last page left and go back to the
         desktop width (the last visit ended at a phone's), then load ``url``.
-        The old page is hidden first, so going back to 1280 px lays out nothing."""
+        The tab widens on a blank page, so nothing is laid out at 1280 px for
+        the old page, and nothing the old page still does (a favicon fetched
+        after its URL changed to a section's) is charged to the new one."""
         bs.run_js(self.page, "() => { try { localStorage.clear(); sessionStorage.clear(); } catch (e) {} "
-                             "document.documentElement.style.display = 'none'; return true; }")
+                             "return true; }")
         if self.page.viewport_size != DESKTOP:
+            self.page.goto("about:blank")
             self.page.set_viewport_size(DESKTOP)
         self.guard.reset()
         self.search = search
