@@ -350,7 +350,7 @@ def browser():
     except ImportError:
         bs.missing(bs.PLAYWRIGHT_MISSING)
     with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=executable, headless=True, args=bs.CHROMIUM_ARGS)
+        launched = playwright.chromium.launch(executable_path=executable, headless=True, args=bs.chromium_args(executable))
         try:
             yield launched
         finally:

@@ -116,3 +116,15 @@ def test_no_browser_test_calls_evaluate_directly():
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "evaluate":
                 found.append(f"{path.name}:{node.lineno}")
     assert not found, f"evaluate() without a deadline (use bs.run_js / bs.run_js_on): {found}"
+
+
+def test_the_headless_shell_is_preferred_and_only_the_full_browser_is_told_its_mode(monkeypatch):
+    installed: dict[str, str] = {}
+    monkeypatch.setattr(bs.shutil, "which", installed.get)
+    installed.update({"chromium": "/usr/bin/chromium", "chromium-headless-shell": "/usr/bin/chromium-headless-shell"})
+    assert bs.chromium_path() == "/usr/bin/chromium-headless-shell"
+    del installed["chromium-headless-shell"]
+    assert bs.chromium_path() == "/usr/bin/chromium"
+    assert "--headless=new" not in bs.chromium_args("/usr/bin/chromium-headless-shell")
+    assert bs.chromium_args("/usr/bin/chromium")[0] == "--headless=new"
+    assert set(bs.chromium_args("/usr/bin/chromium")) - {"--headless=new"} == set(bs.CHROMIUM_ARGS)
