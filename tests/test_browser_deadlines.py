@@ -4,6 +4,9 @@
 ever on a promise that never settles or a page that stops answering), and the
 visit of every page makes a page that passed a deadline once more, alone,
 before it fails.
+
+The last tests hold the visit's own machinery to what it says: which Chromium
+runs and with which flags, and that the phone check sees inside closed folds.
 """
 
 from __future__ import annotations
@@ -128,3 +131,28 @@ def test_the_headless_shell_is_preferred_and_only_the_full_browser_is_told_its_m
     assert "--headless=new" not in bs.chromium_args("/usr/bin/chromium-headless-shell")
     assert bs.chromium_args("/usr/bin/chromium")[0] == "--headless=new"
     assert set(bs.chromium_args("/usr/bin/chromium")) - {"--headless=new"} == set(bs.CHROMIUM_ARGS)
+
+
+@pytest.mark.browser
+def test_the_phone_check_sees_what_a_closed_fold_holds(browser):
+    """The visit measures a page at a phone's width last, with every fold and
+    tab opened by the layout check before it: something too wide for a phone
+    inside a closed fold counts."""
+    def phone_of(body: str) -> dict:
+        tab = test_browser.Tab(browser)
+        try:
+            tab.page.set_content(f'<div class="md-main">{body}</div>')
+            report = test_browser.PageReport(path="/", off_host=[], console=[], failed=[], transfer=0,
+                                             raw_transfer=0, lcp_ms=None, lcp_tries=1, math={}, images=[],
+                                             phone={})
+            test_browser._finish_visit(report, tab)
+            assert tab.page.viewport_size == test_browser.PHONE
+            return report.phone
+        finally:
+            tab.close()
+
+    fold = '<details><summary>More</summary><div style="width: 900px">{}</div></details>'
+    wide = phone_of(fold.format("a table a phone cannot hold"))
+    assert wide["scroll"] > test_browser.PHONE["width"] and wide["offenders"] == ["div"], wide
+    narrow = phone_of("<details><summary>More</summary><p>short</p></details>")
+    assert narrow["scroll"] <= narrow["client"] and not narrow["offenders"], narrow
